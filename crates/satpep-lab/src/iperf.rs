@@ -1,0 +1,288 @@
+//! Real traffic across a lab: iperf3 (TCP and UDP) and ping, with their outputs parsed.
+
+use crate::topology::{Host, Lab, CLIENT_V4, CLIENT_V6};
+use serde_json::Value;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// Outcome of one iperf3 TCP transfer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TcpResult {
+    /// Application bytes per second at the receiver, in bit/s.
+    pub goodput_bps: f64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Segments retransmitted by the sender.
+    pub retransmits: u64,
+    /// Sender's mean smoothed RTT, ms.
+    pub mean_rtt_ms: f64,
+}
+
+/// Outcome of one iperf3 UDP stream, as seen by the receiver.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UdpResult {
+    /// (seconds, bytes) per receiver interval.
+    pub intervals: Vec<(f64, u64)>,
+    /// Datagrams sent.
+    pub packets: u64,
+    /// Datagrams lost.
+    pub lost: u64,
+}
+
+/// An iperf3 server in one host, serving one test. Its JSON is read on a thread so a long
+/// run cannot fill the pipe and stall it.
+struct Server(Child, Option<std::thread::JoinHandle<Vec<u8>>>);
+
+impl Server {
+    fn start(lab: &Lab, host: Host, port: u16) -> Result<Server, String> {
+        let mut child = lab
+            .command(host, "iperf3")
+            .args(["-s", "-1", "-J", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start iperf3 (is it installed?): {e}"))?;
+        let mut out = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut out, &mut v);
+            v
+        });
+        Ok(Server(child, Some(reader)))
+    }
+    fn output(mut self) -> Result<Value, String> {
+        let t = Instant::now();
+        while !matches!(self.0.try_wait(), Ok(Some(_))) {
+            if t.elapsed() > Duration::from_secs(15) {
+                return Err("iperf3 server did not finish".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = self.1.take().unwrap().join().unwrap_or_default();
+        serde_json::from_slice(&out).map_err(|e| format!("iperf3 server output: {e}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs an iperf3 client in `host`, retrying while the server is not listening yet, and calls
+/// `tick(elapsed)` about once a second while it runs.
+fn client(lab: &Lab, host: Host, args: &[String], tick: &mut dyn FnMut(f64)) -> Result<Value, String> {
+    let start = Instant::now();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut child = lab
+            .command(host, "iperf3")
+            .args(args)
+            .arg("-J")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start iperf3: {e}"))?;
+        let mut last = Instant::now();
+        while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+            if crate::interrupted() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("interrupted".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            if last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                tick(start.elapsed().as_secs_f64());
+            }
+        }
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let err = v["error"].as_str().map(String::from);
+        match err {
+            None if out.status.success() => return Ok(v),
+            Some(e) if e.contains("refused") && attempt < 50 => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            e => {
+                return Err(format!(
+                    "iperf3 {} failed: {}",
+                    args.join(" "),
+                    e.unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
+                ))
+            }
+        }
+    }
+}
+
+/// A TCP bulk transfer from the server host to the client host (the forward direction) for
+/// `secs` seconds with congestion control `cc` on the sender.
+pub fn tcp_download(
+    lab: &Lab,
+    cc: &str,
+    secs: u32,
+    ipv6: bool,
+    tick: &mut dyn FnMut(f64),
+) -> Result<TcpResult, String> {
+    let _server = Server::start(lab, Host::Client, 5201)?;
+    let dst = if ipv6 { CLIENT_V6 } else { CLIENT_V4 };
+    let args: Vec<String> = ["-c", dst, "-p", "5201", "-t", &secs.to_string(), "-C", cc]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let v = client(lab, Host::Server, &args, tick)?;
+    let end = &v["end"];
+    Ok(TcpResult {
+        goodput_bps: end["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0),
+        bytes: end["sum_received"]["bytes"].as_u64().unwrap_or(0),
+        retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
+        mean_rtt_ms: end["streams"][0]["sender"]["mean_rtt"].as_f64().unwrap_or(0.0) / 1000.0,
+    })
+}
+
+/// A UDP stream of `len`-byte datagrams at `payload_bps` (application payload rate) from the
+/// server host to the client host, measured by the receiver.
+pub fn udp_forward(
+    lab: &Lab,
+    payload_bps: f64,
+    len: u32,
+    secs: u32,
+    tick: &mut dyn FnMut(f64),
+) -> Result<UdpResult, String> {
+    udp(lab, Host::Server, Host::Client, CLIENT_V4, payload_bps, len, secs, tick)
+}
+
+/// A UDP stream from the client host to the server host (the return direction).
+pub fn udp_return(
+    lab: &Lab,
+    payload_bps: f64,
+    len: u32,
+    secs: u32,
+    tick: &mut dyn FnMut(f64),
+) -> Result<UdpResult, String> {
+    udp(lab, Host::Client, Host::Server, crate::topology::SERVER_V4, payload_bps, len, secs, tick)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn udp(
+    lab: &Lab,
+    from: Host,
+    to: Host,
+    dst: &str,
+    payload_bps: f64,
+    len: u32,
+    secs: u32,
+    tick: &mut dyn FnMut(f64),
+) -> Result<UdpResult, String> {
+    let server = Server::start(lab, to, 5202)?;
+    let args: Vec<String> = [
+        "-c",
+        dst,
+        "-p",
+        "5202",
+        "-u",
+        "-b",
+        &format!("{}", payload_bps.round() as u64),
+        "-l",
+        &len.to_string(),
+        "-t",
+        &secs.to_string(),
+        // Large socket buffers on both ends (iperf3 passes -w to its server for UDP) so the
+        // receiver, not the link, is never what drops at high rates.
+        "-w",
+        "8M",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    client(lab, from, &args, tick)?;
+    let v = server.output()?;
+    let intervals = v["intervals"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    (
+                        i["sum"]["seconds"].as_f64().unwrap_or(0.0),
+                        i["sum"]["bytes"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let sum = &v["end"]["sum"];
+    Ok(UdpResult {
+        intervals,
+        packets: sum["packets"].as_u64().unwrap_or(0),
+        lost: sum["lost_packets"].as_u64().unwrap_or(0),
+    })
+}
+
+/// What ping saw. Per-packet times are rounded by ping to whole ms above 100 ms, so the
+/// precise figures are the summary's min/avg/max (µs resolution).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PingResult {
+    /// Per-reply RTTs as printed, ms.
+    pub rtts: Vec<f64>,
+    /// Replies received.
+    pub received: usize,
+    /// Minimum RTT, ms.
+    pub min: f64,
+    /// Mean RTT, ms.
+    pub avg: f64,
+    /// Maximum RTT, ms.
+    pub max: f64,
+}
+
+/// Pings `dst` from the client `count` times, every `interval_s`, with `size` payload bytes.
+pub fn ping(lab: &Lab, dst: &str, count: u32, interval_s: f64, size: u32) -> Result<PingResult, String> {
+    let out = lab
+        .command(Host::Client, "ping")
+        .args([
+            "-n",
+            "-c",
+            &count.to_string(),
+            "-i",
+            &format!("{interval_s}"),
+            "-s",
+            &size.to_string(),
+            "-W",
+            "5",
+            dst,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run ping: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    let mut r = PingResult {
+        received: rtts.len(),
+        rtts,
+        min: f64::NAN,
+        avg: f64::NAN,
+        max: f64::NAN,
+    };
+    // "rtt min/avg/max/mdev = 560.415/560.443/560.465/0.020 ms"
+    if let Some(line) = text.lines().find(|l| l.contains("min/avg/max")) {
+        let v: Vec<f64> = line
+            .split('=')
+            .nth(1)
+            .unwrap_or("")
+            .trim()
+            .split(['/', ' '])
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if v.len() >= 3 {
+            (r.min, r.avg, r.max) = (v[0], v[1], v[2]);
+        }
+    }
+    Ok(r)
+}

@@ -1,0 +1,75 @@
+//! Running the system tools the lab is glued from (`ip`, `ethtool`), with errors that say
+//! which command failed and what it printed. Arguments are passed as a vector, never through a
+//! shell.
+
+use std::process::{Command, Output, Stdio};
+
+/// Runs `prog args…` and returns stdout; an error names the command and quotes its stderr.
+pub fn run(prog: &str, args: &[&str]) -> Result<String, String> {
+    let out = output(prog, args)?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{} {}` failed: {}",
+            prog,
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `prog args…` and returns its output whatever the exit status.
+pub fn output(prog: &str, args: &[&str]) -> Result<Output, String> {
+    Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                format!("`{prog}` is not installed (run scripts/install-deps.sh)")
+            } else {
+                format!("cannot run `{prog}`: {e}")
+            }
+        })
+}
+
+/// Runs `ip -n NS -batch -` with `lines` on stdin: one process for many changes.
+pub fn ip_batch(ns: Option<&str>, lines: &[String]) -> Result<(), String> {
+    use std::io::Write;
+    let mut args = vec![];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    args.extend(["-batch", "-"]);
+    let mut child = Command::new("ip")
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run `ip`: {e}"))?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.join("\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "configuring {} failed: {}",
+            ns.unwrap_or("the host"),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether we are root (the lab needs namespaces and raw sockets).
+pub fn require_root() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("the lab needs root (network namespaces, raw sockets): run it with sudo".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,628 @@
+//! The five-namespace testbed: `client — terminal — link — gateway — server`.
+//!
+//! The terminal and gateway are routers (later, PEPs) joined by one Ethernet segment that
+//! crosses the emulator running in `link`. Every lab uses the same addresses (from the
+//! benchmarking ranges 198.18.0.0/15 and 2001:2::/48) inside its own namespaces, so labs never
+//! collide; namespace names carry the lab's name (`sp-NAME-HOST`).
+//!
+//! State lives in `/run/satpep/lab/NAME/` (state.json, the emulator's config, control socket
+//! and log), written before anything is created, so `satpep lab down NAME` can remove a lab
+//! whatever killed the process that built it.
+
+use crate::sys::{ip_batch, require_root, run};
+use satpep_link::config::LinkSpec;
+use satpep_link::stats::LinkSnapshot;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where lab state lives.
+pub const STATE_ROOT: &str = "/run/satpep/lab";
+
+/// A host of the testbed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Host {
+    /// The user's machine behind the satellite terminal.
+    Client,
+    /// The satellite-terminal side router (the PEP in integrated mode).
+    Terminal,
+    /// The emulated satellite link.
+    Link,
+    /// The satellite-gateway side router.
+    Gateway,
+    /// A server on the Internet side.
+    Server,
+}
+
+impl Host {
+    /// All hosts, in line order.
+    pub const ALL: [Host; 5] = [
+        Host::Client,
+        Host::Terminal,
+        Host::Link,
+        Host::Gateway,
+        Host::Server,
+    ];
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Host::Client => "client",
+            Host::Terminal => "terminal",
+            Host::Link => "link",
+            Host::Gateway => "gateway",
+            Host::Server => "server",
+        }
+    }
+    /// Parses a host name.
+    pub fn parse(s: &str) -> Result<Host, String> {
+        Host::ALL
+            .into_iter()
+            .find(|h| h.name() == s)
+            .ok_or_else(|| {
+                format!("unknown host '{s}' (hosts: client, terminal, link, gateway, server)")
+            })
+    }
+}
+
+/// One host's addresses, as printed by `lab up --json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HostInfo {
+    /// Host role.
+    pub host: Host,
+    /// Network namespace name.
+    pub netns: String,
+    /// IPv4 addresses with prefix length.
+    pub ipv4: Vec<String>,
+    /// IPv6 addresses with prefix length.
+    pub ipv6: Vec<String>,
+}
+
+/// Client's IPv4 address.
+pub const CLIENT_V4: &str = "198.18.1.2";
+/// Server's IPv4 address.
+pub const SERVER_V4: &str = "198.18.3.2";
+/// Client's IPv6 address.
+pub const CLIENT_V6: &str = "2001:2:0:1::2";
+/// Server's IPv6 address.
+pub const SERVER_V6: &str = "2001:2:0:3::2";
+/// Terminal's MAC on the satellite segment (static neighbour entries need it).
+const TERMINAL_SAT_MAC: &str = "02:00:c6:12:02:01";
+/// Gateway's MAC on the satellite segment.
+const GATEWAY_SAT_MAC: &str = "02:00:c6:12:02:02";
+
+/// What `lab up` records, and `lab down` / `lab exec` read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LabState {
+    /// Lab name.
+    pub name: String,
+    /// Namespaces (created or about to be).
+    pub namespaces: Vec<String>,
+    /// PID of the emulator process, once started.
+    pub emulator_pid: Option<u32>,
+    /// Hosts and addresses.
+    pub hosts: Vec<HostInfo>,
+}
+
+/// Checks a lab name: short, and safe in namespace and file names.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 24
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid lab name '{name}': use 1-24 characters of a-z, 0-9, '-' and '_'"
+        ))
+    }
+}
+
+/// Namespace name of `host` in lab `name`.
+pub fn netns(name: &str, host: Host) -> String {
+    format!("sp-{name}-{}", host.name())
+}
+
+/// Directory holding lab `name`'s state.
+pub fn state_dir(name: &str) -> PathBuf {
+    Path::new(STATE_ROOT).join(name)
+}
+
+fn hosts(name: &str) -> Vec<HostInfo> {
+    let h = |host, v4: &[&str], v6: &[&str]| HostInfo {
+        host,
+        netns: netns(name, host),
+        ipv4: v4.iter().map(|s| s.to_string()).collect(),
+        ipv6: v6.iter().map(|s| s.to_string()).collect(),
+    };
+    vec![
+        h(Host::Client, &["198.18.1.2/24"], &["2001:2:0:1::2/64"]),
+        h(
+            Host::Terminal,
+            &["198.18.1.1/24", "198.18.2.1/24"],
+            &["2001:2:0:1::1/64", "2001:2:0:2::1/64"],
+        ),
+        h(Host::Link, &[], &[]),
+        h(
+            Host::Gateway,
+            &["198.18.2.2/24", "198.18.3.1/24"],
+            &["2001:2:0:2::2/64", "2001:2:0:3::1/64"],
+        ),
+        h(Host::Server, &["198.18.3.2/24"], &["2001:2:0:3::2/64"]),
+    ]
+}
+
+/// Options for building a lab.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    /// The `satpep` executable that runs the emulator.
+    pub satpep_bin: PathBuf,
+    /// Check client→server reachability before returning.
+    pub check: bool,
+}
+
+impl Default for UpOptions {
+    fn default() -> Self {
+        UpOptions {
+            satpep_bin: std::env::current_exe().unwrap_or_else(|_| "satpep".into()),
+            check: true,
+        }
+    }
+}
+
+/// A built testbed. Dropping it tears it down unless [`Lab::detach`] was called.
+pub struct Lab {
+    /// Lab name.
+    pub name: String,
+    state: LabState,
+    emulator: Option<Child>,
+    satpep_bin: PathBuf,
+    attached: bool,
+}
+
+fn write_state(s: &LabState) -> Result<(), String> {
+    let dir = state_dir(&s.name);
+    let tmp = dir.join("state.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(s).unwrap())
+        .and_then(|_| std::fs::rename(&tmp, dir.join("state.json")))
+        .map_err(|e| format!("cannot write lab state in {}: {e}", dir.display()))
+}
+
+/// Reads lab `name`'s state file.
+pub fn read_state(name: &str) -> Result<LabState, String> {
+    let p = state_dir(name).join("state.json");
+    let text = std::fs::read_to_string(&p)
+        .map_err(|_| format!("no lab named '{name}' (no {})", p.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("corrupt lab state {}: {e}", p.display()))
+}
+
+/// Names of labs that have a state directory.
+pub fn list() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(STATE_ROOT)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.path().join("state.json").exists())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn existing_netns() -> Vec<String> {
+    run("ip", &["netns", "list"])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .collect()
+}
+
+/// Whether `pid` is a live emulator of lab `name` (guards against a reused PID).
+fn is_our_emulator(pid: u32, name: &str) -> bool {
+    let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let cmd = String::from_utf8_lossy(&cmd);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let zombie = stat
+        .rsplit(')')
+        .next()
+        .is_some_and(|s| s.trim_start().starts_with('Z'));
+    !zombie && cmd.contains(&state_dir(name).join("link.sock").display().to_string())
+}
+
+fn stop_pid(pid: u32, name: &str) {
+    if !is_our_emulator(pid, name) {
+        return;
+    }
+    // SAFETY: sending a signal to a PID we just checked.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let t = Instant::now();
+    while is_our_emulator(pid, name) {
+        if t.elapsed() > Duration::from_secs(3) {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Removes everything lab `name` made: emulator, namespaces, state. Works from the state file
+/// and, if that is gone, from the namespace names. Returns what was removed.
+pub fn teardown(name: &str) -> Result<Vec<String>, String> {
+    check_name(name)?;
+    require_root()?;
+    let mut removed = Vec::new();
+    if let Ok(st) = read_state(name) {
+        if let Some(pid) = st.emulator_pid {
+            stop_pid(pid, name);
+        }
+    }
+    let prefix = format!("sp-{name}-");
+    for ns in existing_netns() {
+        if ns.starts_with(&prefix) && Host::parse(&ns[prefix.len()..]).is_ok() {
+            run("ip", &["netns", "del", &ns])?;
+            removed.push(ns);
+        }
+    }
+    let dir = state_dir(name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
+    }
+    Ok(removed)
+}
+
+impl Lab {
+    /// Builds lab `name` with the link `spec` and starts the emulator.
+    ///
+    /// The link spec is validated first; on any failure everything created so far is removed.
+    pub fn up(name: &str, spec: &LinkSpec, opts: &UpOptions) -> Result<Lab, String> {
+        check_name(name)?;
+        require_root()?;
+        spec.resolve()?;
+        let dir = state_dir(name);
+        if dir.join("state.json").exists() {
+            return Err(format!(
+                "lab '{name}' already exists (remove it with `satpep lab down {name}`)"
+            ));
+        }
+        let nss: Vec<String> = Host::ALL.iter().map(|h| netns(name, *h)).collect();
+        if let Some(ns) = existing_netns().iter().find(|n| nss.contains(n)) {
+            return Err(format!(
+                "namespace {ns} already exists (left by a crashed lab? `satpep lab down {name}`)"
+            ));
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let state = LabState {
+            name: name.into(),
+            namespaces: nss,
+            emulator_pid: None,
+            hosts: hosts(name),
+        };
+        write_state(&state)?;
+        let mut lab = Lab {
+            name: name.into(),
+            state,
+            emulator: None,
+            satpep_bin: opts.satpep_bin.clone(),
+            attached: true,
+        };
+        // On error, `lab` is dropped here and tears down what exists.
+        lab.build()?;
+        lab.start_emulator(spec)?;
+        if opts.check {
+            lab.check_path()?;
+        }
+        Ok(lab)
+    }
+
+    /// Opens an existing lab (built by another process) for commands.
+    pub fn open(name: &str) -> Result<Lab, String> {
+        check_name(name)?;
+        let state = read_state(name)?;
+        Ok(Lab {
+            name: name.into(),
+            state,
+            emulator: None,
+            satpep_bin: std::env::current_exe().unwrap_or_else(|_| "satpep".into()),
+            attached: false,
+        })
+    }
+
+    /// Keeps the lab after this handle is dropped (for `satpep lab up`).
+    pub fn detach(mut self) {
+        self.attached = false;
+        // Leave the emulator running; forget its handle.
+        self.emulator.take();
+    }
+
+    /// Namespace name of `host`.
+    pub fn ns(&self, host: Host) -> String {
+        netns(&self.name, host)
+    }
+
+    /// The recorded state.
+    pub fn state(&self) -> &LabState {
+        &self.state
+    }
+
+    /// A command that runs `prog` inside `host`'s namespace.
+    pub fn command(&self, host: Host, prog: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns(host), prog]);
+        c
+    }
+
+    fn ns_run(&self, host: Host, prog: &str, args: &[&str]) -> Result<String, String> {
+        let ns = self.ns(host);
+        let mut a = vec!["netns", "exec", ns.as_str(), prog];
+        a.extend_from_slice(args);
+        run("ip", &a)
+    }
+
+    fn build(&mut self) -> Result<(), String> {
+        for ns in &self.state.namespaces {
+            run("ip", &["netns", "add", ns])?;
+        }
+        let [c, t, l, g, s] = Host::ALL.map(|h| self.ns(h));
+        // veth pairs are created straight into their namespaces, so names never clash.
+        ip_batch(
+            None,
+            &[
+                format!("link add to-term netns {c} type veth peer name to-client netns {t}"),
+                format!("link add to-link netns {t} address {TERMINAL_SAT_MAC} type veth peer name to-term netns {l}"),
+                format!("link add to-gw netns {l} type veth peer name to-link netns {g} address {GATEWAY_SAT_MAC}"),
+                format!("link add to-server netns {g} type veth peer name to-gw netns {s}"),
+            ],
+        )?;
+        for ns in [&c, &t, &g, &s] {
+            self.sysctls(ns, &["net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"])?;
+        }
+        // The link host is a wire, not a host: no IPv6 autoconfiguration chatter from it.
+        self.sysctls(&l, &["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        for ns in [&t, &g] {
+            self.sysctls(ns, &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"])?;
+        }
+        // End hosts: buffers big enough for a GEO bandwidth-delay product, and no cached
+        // ssthresh carrying one run's losses into the next.
+        for ns in [&c, &s] {
+            self.sysctls(
+                ns,
+                &[
+                    "net.ipv4.tcp_rmem=4096 131072 134217728",
+                    "net.ipv4.tcp_wmem=4096 65536 134217728",
+                    "net.ipv4.tcp_no_metrics_save=1",
+                ],
+            )?;
+        }
+        let up = |dev: &str| format!("link set {dev} up");
+        ip_batch(
+            Some(&c),
+            &[
+                up("lo"),
+                up("to-term"),
+                "addr add 198.18.1.2/24 dev to-term".into(),
+                "addr add 2001:2:0:1::2/64 dev to-term nodad".into(),
+                "route add default via 198.18.1.1".into(),
+                "route add default via 2001:2:0:1::1".into(),
+            ],
+        )?;
+        ip_batch(
+            Some(&t),
+            &[
+                up("lo"),
+                up("to-client"),
+                up("to-link"),
+                "addr add 198.18.1.1/24 dev to-client".into(),
+                "addr add 2001:2:0:1::1/64 dev to-client nodad".into(),
+                "addr add 198.18.2.1/24 dev to-link".into(),
+                "addr add 2001:2:0:2::1/64 dev to-link nodad".into(),
+                "route add default via 198.18.2.2".into(),
+                "route add default via 2001:2:0:2::2".into(),
+                // No ARP/ND across the emulated link: a satellite hop has none, and a lost
+                // resolution would stall the first packets of a run.
+                format!("neigh add 198.18.2.2 lladdr {GATEWAY_SAT_MAC} dev to-link nud permanent"),
+                format!("neigh add 2001:2:0:2::2 lladdr {GATEWAY_SAT_MAC} dev to-link nud permanent"),
+            ],
+        )?;
+        ip_batch(Some(&l), &[up("lo"), up("to-term"), up("to-gw")])?;
+        ip_batch(
+            Some(&g),
+            &[
+                up("lo"),
+                up("to-link"),
+                up("to-server"),
+                "addr add 198.18.2.2/24 dev to-link".into(),
+                "addr add 2001:2:0:2::2/64 dev to-link nodad".into(),
+                "addr add 198.18.3.1/24 dev to-server".into(),
+                "addr add 2001:2:0:3::1/64 dev to-server nodad".into(),
+                "route add 198.18.1.0/24 via 198.18.2.1".into(),
+                "route add 2001:2:0:1::/64 via 2001:2:0:2::1".into(),
+                format!("neigh add 198.18.2.1 lladdr {TERMINAL_SAT_MAC} dev to-link nud permanent"),
+                format!("neigh add 2001:2:0:2::1 lladdr {TERMINAL_SAT_MAC} dev to-link nud permanent"),
+            ],
+        )?;
+        ip_batch(
+            Some(&s),
+            &[
+                up("lo"),
+                up("to-gw"),
+                "addr add 198.18.3.2/24 dev to-gw".into(),
+                "addr add 2001:2:0:3::2/64 dev to-gw nodad".into(),
+                "route add default via 198.18.3.1".into(),
+                "route add default via 2001:2:0:3::1".into(),
+            ],
+        )?;
+        // Frames crossing the userspace emulator must be whole, checksummed wire frames:
+        // no TSO/GSO super-frames and no checksums left for hardware on the routers' side.
+        for host in [Host::Terminal, Host::Gateway] {
+            self.ns_run(
+                host,
+                "ethtool",
+                &["-K", "to-link", "tso", "off", "gso", "off", "gro", "off", "tx", "off"],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn sysctls(&self, ns: &str, kv: &[&str]) -> Result<(), String> {
+        let mut a = vec!["netns", "exec", ns, "sysctl", "-q", "-w"];
+        a.extend_from_slice(kv);
+        run("ip", &a).map(|_| ())
+    }
+
+    /// Replaces the emulator by a plain kernel bridge: the baseline a benchmark subtracts to
+    /// get the delay the emulator adds.
+    pub fn bridge_link(&mut self) -> Result<(), String> {
+        self.stop_emulator();
+        ip_batch(
+            Some(&self.ns(Host::Link)),
+            &[
+                "link add br0 type bridge".into(),
+                "link set to-term master br0".into(),
+                "link set to-gw master br0".into(),
+                "link set br0 up".into(),
+            ],
+        )
+    }
+
+    /// Starts (or restarts, with a new link) the emulator in the link namespace.
+    pub fn start_emulator(&mut self, spec: &LinkSpec) -> Result<(), String> {
+        self.stop_emulator();
+        // Undo a baseline bridge, if any.
+        let _ = run("ip", &["-n", &self.ns(Host::Link), "link", "del", "br0"]);
+        spec.resolve()?;
+        let dir = state_dir(&self.name);
+        let cfg = dir.join("link.toml");
+        let sock = dir.join("link.sock");
+        let log = dir.join("link.log");
+        std::fs::write(&cfg, absolute_traces(spec)?)
+            .map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
+        let logf = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns(Host::Link)])
+            .arg(&self.satpep_bin)
+            .args(["link", "--terminal", "to-term", "--gateway", "to-gw", "--config"])
+            .arg(&cfg)
+            .arg("--control")
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf);
+        // Own session: a Ctrl-C meant for the shell that ran `lab up` must not stop the link.
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start the emulator: {e}"))?;
+        self.state.emulator_pid = Some(child.id());
+        write_state(&self.state)?;
+        let t = Instant::now();
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!("the emulator exited ({st}): {}", text.trim()));
+            }
+            if satpep_link::run::query(&sock).is_ok() {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                return Err("the emulator did not come up within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.emulator = Some(child);
+        Ok(())
+    }
+
+    /// Stops the emulator, if running.
+    pub fn stop_emulator(&mut self) {
+        if let Some(mut c) = self.emulator.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(3) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    self.state.emulator_pid = None;
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        } else if let Some(pid) = self.state.emulator_pid {
+            stop_pid(pid, &self.name);
+        }
+        self.state.emulator_pid = None;
+    }
+
+    /// PID of the running emulator.
+    pub fn emulator_pid(&self) -> Option<u32> {
+        self.state.emulator_pid
+    }
+
+    /// The emulator's counters.
+    pub fn link_stats(&self) -> Result<LinkSnapshot, String> {
+        satpep_link::run::query(&state_dir(&self.name).join("link.sock"))
+    }
+
+    /// The emulator's log.
+    pub fn link_log(&self) -> String {
+        std::fs::read_to_string(state_dir(&self.name).join("link.log")).unwrap_or_default()
+    }
+
+    /// Pings the server from the client (IPv4 and IPv6) until a reply comes, a few tries.
+    pub fn check_path(&self) -> Result<(), String> {
+        for dst in [SERVER_V4, SERVER_V6] {
+            let ok = (0..5).any(|_| {
+                self.ns_run(Host::Client, "ping", &["-c", "1", "-W", "3", "-q", dst])
+                    .is_ok()
+            });
+            if !ok {
+                return Err(format!(
+                    "client cannot reach the server at {dst} across the link; emulator log:\n{}",
+                    self.link_log()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The spec as TOML, with trace paths made absolute (the emulator may run elsewhere).
+fn absolute_traces(spec: &LinkSpec) -> Result<String, String> {
+    let mut s = spec.clone();
+    for d in [&mut s.both, &mut s.forward, &mut s.ret] {
+        for p in [&mut d.rate_trace, &mut d.delay_trace].into_iter().flatten() {
+            *p = std::fs::canonicalize(&*p)
+                .map_err(|e| format!("trace {}: {e}", p.display()))?;
+        }
+    }
+    toml::to_string(&s).map_err(|e| format!("cannot write link settings: {e}"))
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.attached {
+            self.stop_emulator();
+            if let Err(e) = teardown(&self.name) {
+                eprintln!("satpep lab: tearing down '{}': {e}", self.name);
+            }
+        }
+    }
+}

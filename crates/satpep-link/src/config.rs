@@ -1,0 +1,674 @@
+//! Link configuration: the mergeable [`LinkSpec`] users write (preset, then TOML file, then
+//! flags, each overriding the previous), and the validated [`LinkConfig`] the emulator runs.
+//!
+//! Directions use satellite terms: **forward** is gateway → terminal (towards the user, the
+//! download direction), **return** is terminal → gateway.
+
+use crate::loss::{Gilbert, LossConfig};
+use crate::presets;
+use crate::trace::Trace;
+use crate::units::{fmt_ms, fmt_rate, parse_duration_ns, parse_queue, parse_rate, QueueSpec};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Lowest accepted rate: below this a 1500-byte frame takes over 10 s.
+pub const MIN_RATE: f64 = 1e3;
+/// Highest accepted rate: far above what a userspace bridge can carry.
+pub const MAX_RATE: f64 = 100e9;
+/// Longest accepted one-way delay (a Mars link is out of scope).
+pub const MAX_DELAY_NS: u64 = 30_000_000_000;
+/// The smallest queue: one full-size Ethernet frame, so a tiny BDP cannot drop everything.
+pub const MIN_QUEUE_BYTES: u64 = 1514;
+/// Default queue floor when the queue is left at its default of 100 % BDP.
+pub const DEFAULT_QUEUE_FLOOR: u64 = 64 * 1024;
+
+/// One direction as written by a user; every field optional so layers can be merged.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DirectionSpec {
+    /// Fixed rate with unit, e.g. "50Mbit".
+    pub rate: Option<String>,
+    /// Rate trace file (replaces `rate`).
+    pub rate_trace: Option<PathBuf>,
+    /// Extra bytes per frame on the channel (framing, encapsulation).
+    pub overhead: Option<u32>,
+    /// Fixed one-way propagation delay, e.g. "280ms".
+    pub delay: Option<String>,
+    /// Delay trace file (replaces `delay`).
+    pub delay_trace: Option<PathBuf>,
+    /// Uniform jitter ± this much around the propagation delay.
+    pub jitter: Option<String>,
+    /// Let jitter reorder frames (default false: frames leave in arrival order).
+    pub reorder: Option<bool>,
+    /// Queue limit: "33KB", "100p" or "150%" of the bandwidth-delay product.
+    pub queue: Option<String>,
+    /// Bit error rate in [0, 1).
+    pub ber: Option<f64>,
+    /// Packet error rate in [0, 1).
+    pub per: Option<f64>,
+    /// Gilbert–Elliott burst loss.
+    pub gilbert: Option<GilbertSpec>,
+    /// A built-in delay trace (presets such as `leo`); not settable from files.
+    #[serde(skip)]
+    pub builtin_delay_trace: Option<Trace>,
+}
+
+/// Gilbert–Elliott parameters as written by a user.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GilbertSpec {
+    /// Good → bad transition probability per frame.
+    pub p: f64,
+    /// Bad → good transition probability per frame (mean burst = 1/r frames).
+    pub r: f64,
+    /// Loss probability in the good state (default 0).
+    #[serde(default)]
+    pub loss_good: f64,
+    /// Loss probability in the bad state (default 1).
+    #[serde(default = "one")]
+    pub loss_bad: f64,
+}
+fn one() -> f64 {
+    1.0
+}
+
+impl std::str::FromStr for GilbertSpec {
+    type Err = String;
+    /// Parses `p=0.01,r=0.2[,loss_bad=0.8][,loss_good=0]`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (mut p, mut r, mut good, mut bad) = (None, None, 0.0, 1.0);
+        for part in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("'{part}': expected key=value"))?;
+            let v: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{part}': '{v}' is not a number"))?;
+            match k.trim() {
+                "p" => p = Some(v),
+                "r" => r = Some(v),
+                "loss_good" => good = v,
+                "loss_bad" => bad = v,
+                other => {
+                    return Err(format!(
+                        "unknown Gilbert–Elliott key '{other}' (use p, r, loss_good, loss_bad)"
+                    ))
+                }
+            }
+        }
+        Ok(GilbertSpec {
+            p: p.ok_or("Gilbert–Elliott needs p= (good→bad probability)")?,
+            r: r.ok_or("Gilbert–Elliott needs r= (bad→good probability)")?,
+            loss_good: good,
+            loss_bad: bad,
+        })
+    }
+}
+
+/// Scheduled link outages as written by a user (both directions go down together).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OutageSpec {
+    /// Period of recurring outages, e.g. "60s".
+    pub every: Option<String>,
+    /// Length of each recurring outage, e.g. "5s".
+    pub duration: Option<String>,
+    /// Start of the first recurring outage (default: one period after start).
+    pub start: Option<String>,
+    /// One-off outages "FROM..TO", e.g. "10s..15s".
+    #[serde(default)]
+    pub down: Vec<String>,
+}
+
+/// A whole link as written by a user.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    /// Name of a preset to start from.
+    pub preset: Option<String>,
+    /// Seed of the loss and jitter processes.
+    pub seed: Option<u64>,
+    /// Settings for both directions (overridden by `forward` / `return`).
+    #[serde(default)]
+    pub both: DirectionSpec,
+    /// Gateway → terminal.
+    #[serde(default)]
+    pub forward: DirectionSpec,
+    /// Terminal → gateway.
+    #[serde(default, rename = "return")]
+    pub ret: DirectionSpec,
+    /// Outages.
+    #[serde(default)]
+    pub outage: OutageSpec,
+}
+
+impl DirectionSpec {
+    /// Overlays `o` on `self`: every field `o` sets wins; a rate (delay) replaces a rate (delay)
+    /// trace and vice versa.
+    pub fn overlay(&mut self, o: &DirectionSpec) {
+        if o.rate.is_some() {
+            self.rate_trace = None;
+        }
+        if o.rate_trace.is_some() {
+            self.rate = None;
+        }
+        if o.delay.is_some() || o.delay_trace.is_some() {
+            self.builtin_delay_trace = None;
+        }
+        if o.delay.is_some() {
+            self.delay_trace = None;
+        }
+        if o.delay_trace.is_some() {
+            self.delay = None;
+        }
+        macro_rules! take {
+            ($($f:ident),*) => { $( if o.$f.is_some() { self.$f = o.$f.clone(); } )* };
+        }
+        take!(
+            rate,
+            rate_trace,
+            overhead,
+            delay,
+            delay_trace,
+            jitter,
+            reorder,
+            queue,
+            ber,
+            per,
+            gilbert,
+            builtin_delay_trace
+        );
+    }
+}
+
+impl OutageSpec {
+    fn overlay(&mut self, o: &OutageSpec) {
+        if o.every.is_some() {
+            self.every = o.every.clone();
+        }
+        if o.duration.is_some() {
+            self.duration = o.duration.clone();
+        }
+        if o.start.is_some() {
+            self.start = o.start.clone();
+        }
+        self.down.extend(o.down.iter().cloned());
+    }
+}
+
+impl LinkSpec {
+    /// Overlays `o` on `self` (see [`DirectionSpec::overlay`]); a preset named in `o` is ignored
+    /// here, it is applied by [`LinkSpec::layered`].
+    pub fn overlay(&mut self, o: &LinkSpec) {
+        if o.seed.is_some() {
+            self.seed = o.seed;
+        }
+        self.both.overlay(&o.both);
+        self.forward.overlay(&o.forward);
+        self.ret.overlay(&o.ret);
+        self.outage.overlay(&o.outage);
+    }
+
+    /// Merges layers in order (e.g. config file, then flags) on top of the preset the last
+    /// layer that names one names.
+    pub fn layered(layers: &[&LinkSpec]) -> Result<LinkSpec, String> {
+        let preset = layers.iter().rev().find_map(|l| l.preset.clone());
+        let mut out = match &preset {
+            Some(name) => presets::spec(name)?,
+            None => LinkSpec::default(),
+        };
+        for l in layers {
+            out.overlay(l);
+        }
+        out.preset = preset;
+        Ok(out)
+    }
+
+    /// Validates and resolves into a runnable configuration.
+    pub fn resolve(&self) -> Result<LinkConfig, String> {
+        let mut fwd = self.both.clone();
+        fwd.overlay(&self.forward);
+        let mut ret = self.both.clone();
+        ret.overlay(&self.ret);
+        let f = PartialDir::resolve("forward", &fwd)?;
+        let r = PartialDir::resolve("return", &ret)?;
+        // Round-trip propagation delay, for BDP-relative queues.
+        let rtt_ns = f.delay.max_ns() + r.delay.max_ns();
+        let forward = f.finish("forward", &fwd, rtt_ns)?;
+        let ret = r.finish("return", &ret, rtt_ns)?;
+        Ok(LinkConfig {
+            forward,
+            ret,
+            outages: Outages::resolve(&self.outage)?,
+            seed: self.seed.unwrap_or(1),
+            preset: self.preset.clone(),
+        })
+    }
+}
+
+/// Where a direction's rate comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RateSource {
+    /// Constant bit/s.
+    Fixed(f64),
+    /// Piecewise-constant trace in bit/s.
+    Trace(Trace),
+}
+
+impl RateSource {
+    /// Largest rate, bit/s.
+    pub fn max_bps(&self) -> f64 {
+        match self {
+            RateSource::Fixed(r) => *r,
+            RateSource::Trace(t) => t.max(),
+        }
+    }
+}
+
+/// Where a direction's propagation delay comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DelaySource {
+    /// Constant ns.
+    Fixed(u64),
+    /// Linearly interpolated trace in ns.
+    Trace(Trace),
+}
+
+impl DelaySource {
+    /// Largest delay, ns.
+    pub fn max_ns(&self) -> u64 {
+        match self {
+            DelaySource::Fixed(d) => *d,
+            DelaySource::Trace(t) => t.max() as u64,
+        }
+    }
+    /// Delay at time `t` ns since start.
+    pub fn at(&self, t: f64) -> f64 {
+        match self {
+            DelaySource::Fixed(d) => *d as f64,
+            DelaySource::Trace(tr) => tr.value_at(t),
+        }
+    }
+}
+
+/// A resolved drop-tail queue limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueLimit {
+    /// Bytes of frames not yet fully serialized.
+    Bytes(u64),
+    /// Frames not yet fully serialized.
+    Packets(u64),
+}
+
+/// One validated direction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirectionConfig {
+    /// Channel rate.
+    pub rate: RateSource,
+    /// Extra bytes charged per frame.
+    pub overhead: u32,
+    /// Propagation delay.
+    pub delay: DelaySource,
+    /// Uniform jitter amplitude, ns.
+    pub jitter_ns: u64,
+    /// Whether jitter may reorder frames.
+    pub reorder: bool,
+    /// Bottleneck queue.
+    pub queue: QueueLimit,
+    /// Loss processes.
+    pub loss: LossConfig,
+}
+
+struct PartialDir {
+    rate: RateSource,
+    delay: DelaySource,
+}
+
+fn check_prob(dir: &str, key: &str, v: f64, upper_inclusive: bool) -> Result<f64, String> {
+    let ok = v >= 0.0 && if upper_inclusive { v <= 1.0 } else { v < 1.0 };
+    if !ok || !v.is_finite() {
+        let range = if upper_inclusive { "[0, 1]" } else { "[0, 1)" };
+        return Err(format!("{dir} {key} {v} is outside {range}"));
+    }
+    Ok(v)
+}
+
+impl PartialDir {
+    fn resolve(dir: &str, s: &DirectionSpec) -> Result<PartialDir, String> {
+        let rate = match (&s.rate, &s.rate_trace) {
+            (Some(r), _) => {
+                let v = parse_rate(r).map_err(|e| format!("{dir} rate: {e}"))?;
+                if !(MIN_RATE..=MAX_RATE).contains(&v) {
+                    return Err(format!(
+                        "{dir} rate {}: must be between {} and {}",
+                        fmt_rate(v),
+                        fmt_rate(MIN_RATE),
+                        fmt_rate(MAX_RATE)
+                    ));
+                }
+                RateSource::Fixed(v)
+            }
+            (None, Some(p)) => {
+                let t = Trace::load_rate(p).map_err(|e| format!("{dir} rate trace: {e}"))?;
+                if t.max() > MAX_RATE {
+                    return Err(format!(
+                        "{dir} rate trace {}: rates must be at most {}",
+                        p.display(),
+                        fmt_rate(MAX_RATE)
+                    ));
+                }
+                RateSource::Trace(t)
+            }
+            (None, None) => {
+                return Err(format!(
+                    "no {dir} rate: give --rate (or --{}-rate) or a --preset",
+                    &dir[..3]
+                ))
+            }
+        };
+        let delay = match (&s.delay, &s.delay_trace, &s.builtin_delay_trace) {
+            (Some(d), _, _) => {
+                DelaySource::Fixed(parse_duration_ns(d).map_err(|e| format!("{dir} delay: {e}"))?)
+            }
+            (None, Some(p), _) => DelaySource::Trace(
+                Trace::load_delay(p).map_err(|e| format!("{dir} delay trace: {e}"))?,
+            ),
+            (None, None, Some(t)) => DelaySource::Trace(t.clone()),
+            (None, None, None) => DelaySource::Fixed(0),
+        };
+        if delay.max_ns() > MAX_DELAY_NS {
+            return Err(format!(
+                "{dir} delay {} exceeds the maximum of {}",
+                fmt_ms(delay.max_ns()),
+                fmt_ms(MAX_DELAY_NS)
+            ));
+        }
+        Ok(PartialDir { rate, delay })
+    }
+
+    fn finish(self, dir: &str, s: &DirectionSpec, rtt_ns: u64) -> Result<DirectionConfig, String> {
+        let overhead = s.overhead.unwrap_or(0);
+        if overhead > 1000 {
+            return Err(format!(
+                "{dir} overhead {overhead} bytes per frame is implausible (max 1000)"
+            ));
+        }
+        let jitter_ns = match &s.jitter {
+            Some(j) => parse_duration_ns(j).map_err(|e| format!("{dir} jitter: {e}"))?,
+            None => 0,
+        };
+        if jitter_ns > MAX_DELAY_NS {
+            return Err(format!("{dir} jitter {} is implausible", fmt_ms(jitter_ns)));
+        }
+        let bdp = self.rate.max_bps() * rtt_ns as f64 / 8e9;
+        let queue = match &s.queue {
+            None => QueueLimit::Bytes((bdp.round() as u64).max(DEFAULT_QUEUE_FLOOR)),
+            Some(q) => match parse_queue(q).map_err(|e| format!("{dir} queue: {e}"))? {
+                QueueSpec::Bytes(b) => QueueLimit::Bytes(b),
+                QueueSpec::Packets(p) => QueueLimit::Packets(p),
+                QueueSpec::BdpPercent(pct) => {
+                    QueueLimit::Bytes(((bdp * pct / 100.0).round() as u64).max(MIN_QUEUE_BYTES))
+                }
+            },
+        };
+        let gilbert = match s.gilbert {
+            None => None,
+            Some(g) => {
+                if !(g.p > 0.0 && g.p <= 1.0) || !(g.r > 0.0 && g.r <= 1.0) {
+                    return Err(format!(
+                        "{dir} gilbert: p and r must be in (0, 1] (got p={}, r={})",
+                        g.p, g.r
+                    ));
+                }
+                Some(Gilbert {
+                    p: g.p,
+                    r: g.r,
+                    loss_good: check_prob(dir, "gilbert loss_good", g.loss_good, true)?,
+                    loss_bad: check_prob(dir, "gilbert loss_bad", g.loss_bad, true)?,
+                })
+            }
+        };
+        let loss = LossConfig {
+            ber: check_prob(dir, "ber", s.ber.unwrap_or(0.0), false)?,
+            per: check_prob(dir, "per", s.per.unwrap_or(0.0), false)?,
+            gilbert,
+        };
+        Ok(DirectionConfig {
+            rate: self.rate,
+            overhead,
+            delay: self.delay,
+            jitter_ns,
+            reorder: s.reorder.unwrap_or(false),
+            queue,
+            loss,
+        })
+    }
+}
+
+/// Times the link is down, both directions at once.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outages {
+    /// Recurring outages: (first start, period, duration), ns.
+    pub periodic: Option<(u64, u64, u64)>,
+    /// One-off outages [from, to), ns.
+    pub once: Vec<(u64, u64)>,
+}
+
+impl Outages {
+    fn resolve(s: &OutageSpec) -> Result<Outages, String> {
+        let dur = |k: &str, v: &Option<String>| -> Result<Option<u64>, String> {
+            v.as_deref()
+                .map(|x| parse_duration_ns(x).map_err(|e| format!("outage {k}: {e}")))
+                .transpose()
+        };
+        let every = dur("every", &s.every)?;
+        let duration = dur("duration", &s.duration)?;
+        let start = dur("start", &s.start)?;
+        let periodic = match (every, duration) {
+            (None, None) if start.is_none() => None,
+            (Some(e), Some(d)) => {
+                if d == 0 || d >= e {
+                    return Err(format!(
+                        "outage duration {} must be > 0 and shorter than its period {}",
+                        fmt_ms(d),
+                        fmt_ms(e)
+                    ));
+                }
+                Some((start.unwrap_or(e), e, d))
+            }
+            _ => {
+                return Err(
+                    "recurring outages need both an interval (--outage-every) and a length (--outage-duration)"
+                        .into(),
+                )
+            }
+        };
+        let mut once = Vec::new();
+        for d in &s.down {
+            let (a, b) = d.split_once("..").ok_or_else(|| {
+                format!("outage '{d}': write a one-off outage as FROM..TO, e.g. 10s..15s")
+            })?;
+            let a = parse_duration_ns(a).map_err(|e| format!("outage '{d}': {e}"))?;
+            let b = parse_duration_ns(b).map_err(|e| format!("outage '{d}': {e}"))?;
+            if b <= a {
+                return Err(format!("outage '{d}': the end must come after the start"));
+            }
+            once.push((a, b));
+        }
+        Ok(Outages { periodic, once })
+    }
+
+    /// Whether the link is down at any instant of [a, b] (ns since start).
+    pub fn overlaps(&self, a: f64, b: f64) -> bool {
+        if self
+            .once
+            .iter()
+            .any(|&(x, y)| a < y as f64 && b >= x as f64)
+        {
+            return true;
+        }
+        if let Some((start, every, dur)) = self.periodic {
+            let (start, every, dur) = (start as f64, every as f64, dur as f64);
+            if b < start {
+                return false;
+            }
+            // The latest outage starting at or before b.
+            let k = ((b - start) / every).floor();
+            let s = start + k * every;
+            return a < s + dur;
+        }
+        false
+    }
+
+    /// Whether any outage is configured.
+    pub fn is_empty(&self) -> bool {
+        self.periodic.is_none() && self.once.is_empty()
+    }
+}
+
+/// A validated link, ready to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkConfig {
+    /// Gateway → terminal.
+    pub forward: DirectionConfig,
+    /// Terminal → gateway.
+    pub ret: DirectionConfig,
+    /// Both directions' outages.
+    pub outages: Outages,
+    /// Seed of the random processes.
+    pub seed: u64,
+    /// Preset it started from, if any.
+    pub preset: Option<String>,
+}
+
+impl DirectionConfig {
+    /// One-line human summary.
+    pub fn describe(&self) -> String {
+        let rate = match &self.rate {
+            RateSource::Fixed(r) => fmt_rate(*r),
+            RateSource::Trace(t) => format!(
+                "trace ({} points, max {}{})",
+                t.len(),
+                fmt_rate(t.max()),
+                if t.repeats() { ", repeating" } else { "" }
+            ),
+        };
+        let delay = match &self.delay {
+            DelaySource::Fixed(d) => fmt_ms(*d),
+            DelaySource::Trace(t) => format!(
+                "trace ({} points, max {}{})",
+                t.len(),
+                fmt_ms(t.max() as u64),
+                if t.repeats() { ", repeating" } else { "" }
+            ),
+        };
+        let queue = match self.queue {
+            QueueLimit::Bytes(b) => format!("{b} B"),
+            QueueLimit::Packets(p) => format!("{p} frames"),
+        };
+        let mut s = format!("{rate}, delay {delay}, queue {queue}");
+        if self.overhead > 0 {
+            s += &format!(", +{} B/frame", self.overhead);
+        }
+        if self.jitter_ns > 0 {
+            s += &format!(
+                ", jitter ±{}{}",
+                fmt_ms(self.jitter_ns),
+                if self.reorder { " (reordering)" } else { "" }
+            );
+        }
+        if self.loss.ber > 0.0 {
+            s += &format!(", BER {:e}", self.loss.ber);
+        }
+        if self.loss.per > 0.0 {
+            s += &format!(", PER {}", self.loss.per);
+        }
+        if let Some(g) = self.loss.gilbert {
+            s += &format!(
+                ", Gilbert-Elliott p={} r={} loss {}/{}",
+                g.p, g.r, g.loss_good, g.loss_bad
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(toml_text: &str) -> LinkSpec {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn preset_then_overrides() {
+        let user = spec("preset = 'geo'\n[forward]\nber = 1e-6\n[return]\nrate = '5Mbit'\n");
+        let cfg = LinkSpec::layered(&[&user]).unwrap().resolve().unwrap();
+        assert_eq!(cfg.forward.rate, RateSource::Fixed(50e6));
+        assert_eq!(cfg.ret.rate, RateSource::Fixed(5e6));
+        assert_eq!(cfg.forward.loss.ber, 1e-6);
+        assert_eq!(cfg.ret.loss.ber, 0.0);
+        assert_eq!(cfg.forward.delay, DelaySource::Fixed(280_000_000));
+        // 100 % BDP of 50 Mbit/s × 560 ms.
+        assert_eq!(cfg.forward.queue, QueueLimit::Bytes(3_500_000));
+    }
+
+    #[test]
+    fn both_applies_to_each_direction_and_direction_wins() {
+        let s = spec("[both]\nrate='1Mbit'\ndelay='10ms'\nqueue='150%'\n[forward]\nrate='2Mbit'\n");
+        let c = s.resolve().unwrap();
+        assert_eq!(c.forward.rate, RateSource::Fixed(2e6));
+        assert_eq!(c.ret.rate, RateSource::Fixed(1e6));
+        // 150 % of 1 Mbit/s × 20 ms = 3750 B.
+        assert_eq!(c.ret.queue, QueueLimit::Bytes(3750));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = spec("[both]\nrate='0'\n").resolve().unwrap_err();
+        assert!(e.contains("forward rate") && e.contains("between"), "{e}");
+        let e = spec("[both]\nrate='1Mbit'\nber=1.0\n").resolve().unwrap_err();
+        assert!(e.contains("ber 1 is outside [0, 1)"), "{e}");
+        let e = spec("[both]\nrate='1Mbit'\n[return]\nber=-0.1\n").resolve().unwrap_err();
+        assert!(e.starts_with("return ber"), "{e}");
+        let e = spec("[both]\nrate='1Mbit'\ndelay='5'\n").resolve().unwrap_err();
+        assert!(e.contains("delay") && e.contains("unit"), "{e}");
+        let e = spec("[both]\nrate='200Gbit'\n").resolve().unwrap_err();
+        assert!(e.contains("between"), "{e}");
+        let e = spec("[both]\n").resolve().unwrap_err();
+        assert!(e.contains("no forward rate"), "{e}");
+        let e = spec("[both]\nrate='1Mbit'\n[outage]\nevery='5s'\n").resolve().unwrap_err();
+        assert!(e.contains("outage"), "{e}");
+        let e = toml::from_str::<LinkSpec>("[both]\nrat='1Mbit'\n").unwrap_err();
+        assert!(e.to_string().contains("rat"), "{e}");
+        let e = LinkSpec::layered(&[&spec("preset='mars'")]).unwrap_err();
+        assert!(e.contains("mars") && e.contains("geo"), "{e}");
+    }
+
+    #[test]
+    fn outages() {
+        let s = spec(
+            "[both]\nrate='1Mbit'\n[outage]\nevery='60s'\nduration='5s'\ndown=['10s..12s']\n",
+        );
+        let o = s.resolve().unwrap().outages;
+        let s_ = 1e9;
+        assert!(!o.overlaps(1.0 * s_, 2.0 * s_));
+        assert!(o.overlaps(11.0 * s_, 11.5 * s_));
+        assert!(o.overlaps(9.9 * s_, 10.1 * s_));
+        assert!(!o.overlaps(12.0 * s_, 13.0 * s_));
+        assert!(o.overlaps(62.0 * s_, 62.1 * s_));
+        assert!(!o.overlaps(65.0 * s_, 119.0 * s_));
+        assert!(o.overlaps(119.0 * s_, 120.0 * s_));
+    }
+
+    #[test]
+    fn gilbert_from_flag() {
+        let g: GilbertSpec = "p=0.01, r=0.25,loss_bad=0.5".parse().unwrap();
+        assert_eq!((g.p, g.r, g.loss_good, g.loss_bad), (0.01, 0.25, 0.0, 0.5));
+        assert!("p=0.1".parse::<GilbertSpec>().unwrap_err().contains("r="));
+        assert!("p=0.1,r=0.1,x=1".parse::<GilbertSpec>().unwrap_err().contains("'x'"));
+    }
+}

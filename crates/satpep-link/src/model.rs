@@ -1,0 +1,298 @@
+//! The channel model of one direction, free of I/O so it can be tested exactly.
+//!
+//! Frames are offered in arrival order with their arrival time. The model is a FIFO server:
+//! a frame waits in the bottleneck queue until the previous frame has been serialized, is
+//! serialized at the channel rate (integrated across rate-trace steps), then propagates for
+//! the delay in force when its last bit leaves, plus jitter. Everything is decided at arrival,
+//! analytically, so the emulator's threads only have to release frames at their delivery time.
+//!
+//! Drop order: a full queue drops at once (the frame never uses the channel); a frame whose
+//! serialization overlaps an outage is lost in the air; otherwise the loss processes decide
+//! whether the receiver's FCS would discard it. Lost frames still occupy the channel, as on a
+//! real link.
+
+use crate::config::{DirectionConfig, Outages, QueueLimit, RateSource};
+use crate::loss::LossState;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+
+/// What happens to an offered frame.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fate {
+    /// Delivered at `at_ns` (ns since start) after waiting `queue_ns` in the queue.
+    Deliver {
+        /// Delivery time at the far end.
+        at_ns: f64,
+        /// Time spent waiting before serialization started.
+        queue_ns: f64,
+    },
+    /// Dropped on arrival: the queue was full.
+    DropQueue,
+    /// Serialized but corrupted; the receiver discards it.
+    DropError {
+        /// Time spent waiting before serialization started.
+        queue_ns: f64,
+    },
+    /// Serialized while the link was down.
+    DropOutage {
+        /// Time spent waiting before serialization started.
+        queue_ns: f64,
+    },
+}
+
+/// One direction's channel state.
+pub struct Channel {
+    cfg: DirectionConfig,
+    outages: Outages,
+    loss: LossState,
+    jitter: ChaCha8Rng,
+    /// Admitted frames not yet fully serialized: (finish time, length).
+    backlog: VecDeque<(f64, u32)>,
+    backlog_bytes: u64,
+    busy_until: f64,
+    last_delivery: f64,
+}
+
+impl Channel {
+    /// A channel for one direction; `stream` (0 forward, 1 return) separates the random streams
+    /// of the two directions under one seed.
+    pub fn new(cfg: DirectionConfig, outages: Outages, seed: u64, stream: u64) -> Channel {
+        let mut jitter = ChaCha8Rng::seed_from_u64(seed);
+        jitter.set_stream(100 + stream);
+        Channel {
+            cfg,
+            outages,
+            loss: LossState::new(seed, stream),
+            jitter,
+            backlog: VecDeque::new(),
+            backlog_bytes: 0,
+            busy_until: 0.0,
+            last_delivery: 0.0,
+        }
+    }
+
+    /// The configuration this channel runs.
+    pub fn config(&self) -> &DirectionConfig {
+        &self.cfg
+    }
+
+    /// Frames and bytes queued or on the wire as of the last offer.
+    pub fn backlog(&self) -> (usize, u64) {
+        (self.backlog.len(), self.backlog_bytes)
+    }
+
+    /// Time at which serializing `bits` starting at `start` completes (ns).
+    pub fn finish_time(&self, start: f64, bits: f64) -> f64 {
+        match &self.cfg.rate {
+            RateSource::Fixed(r) => start + bits * 1e9 / r,
+            RateSource::Trace(t) => {
+                let (mut now, mut left) = (start, bits);
+                loop {
+                    let (rate, until) = t.segment_at(now);
+                    let done = now + left * 1e9 / rate;
+                    if done <= until {
+                        return done;
+                    }
+                    left -= rate * (until - now) / 1e9;
+                    now = until;
+                }
+            }
+        }
+    }
+
+    /// Offers a frame of `len` bytes arriving at `now` (ns since start).
+    pub fn offer(&mut self, now: f64, len: u32) -> Fate {
+        while let Some(&(fin, l)) = self.backlog.front() {
+            if fin > now {
+                break;
+            }
+            self.backlog.pop_front();
+            self.backlog_bytes -= l as u64;
+        }
+        let full = match self.cfg.queue {
+            QueueLimit::Bytes(b) => self.backlog_bytes + len as u64 > b,
+            QueueLimit::Packets(p) => self.backlog.len() as u64 + 1 > p,
+        };
+        if full {
+            return Fate::DropQueue;
+        }
+        let wire = len + self.cfg.overhead;
+        let start = self.busy_until.max(now);
+        let finish = self.finish_time(start, wire as f64 * 8.0);
+        self.busy_until = finish;
+        self.backlog.push_back((finish, len));
+        self.backlog_bytes += len as u64;
+        let queue_ns = start - now;
+        // Draw for every admitted frame so the loss pattern depends only on the seed and
+        // the frame sequence, not on outages.
+        let corrupted = self.loss.lost(&self.cfg.loss, wire);
+        if self.outages.overlaps(start, finish) {
+            return Fate::DropOutage { queue_ns };
+        }
+        if corrupted {
+            return Fate::DropError { queue_ns };
+        }
+        let mut at = finish + self.cfg.delay.at(finish);
+        if self.cfg.jitter_ns > 0 {
+            let j = self.cfg.jitter_ns as f64;
+            at = (at + self.jitter.gen_range(-j..=j)).max(finish);
+        }
+        if !self.cfg.reorder {
+            at = at.max(self.last_delivery);
+        }
+        self.last_delivery = self.last_delivery.max(at);
+        Fate::Deliver { at_ns: at, queue_ns }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DelaySource, LinkSpec};
+    use crate::trace::{Interp, Trace};
+
+    fn channel(toml_text: &str) -> Channel {
+        let spec: LinkSpec = toml::from_str(toml_text).unwrap();
+        let c = spec.resolve().unwrap();
+        Channel::new(c.forward, c.outages, c.seed, 0)
+    }
+
+    fn at(f: Fate) -> f64 {
+        match f {
+            Fate::Deliver { at_ns, .. } => at_ns,
+            other => panic!("not delivered: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn serialization_then_delay() {
+        // 1000-byte frames at 8 Mbit/s take 1 ms each.
+        let mut ch = channel("[both]\nrate='8Mbit'\ndelay='10ms'\nqueue='100p'\n");
+        let t: Vec<f64> = (0..5).map(|_| at(ch.offer(0.0, 1000))).collect();
+        for (i, x) in t.iter().enumerate() {
+            assert!((x - ((i + 1) as f64 * 1e6 + 10e6)).abs() < 1e-3, "{i}: {x}");
+        }
+        assert_eq!(ch.backlog(), (5, 5000));
+        // A frame arriving after the queue drained is not delayed by it.
+        assert!((at(ch.offer(100e6, 1000)) - 111e6).abs() < 1e-3);
+        assert_eq!(ch.backlog(), (1, 1000));
+    }
+
+    #[test]
+    fn overhead_counts_toward_rate() {
+        let mut ch = channel("[both]\nrate='8Mbit'\noverhead=24\n");
+        assert!((at(ch.offer(0.0, 976)) - 1e6).abs() < 1e-3);
+    }
+
+    #[test]
+    fn saturated_rate_is_exact() {
+        let mut ch = channel("[both]\nrate='1Gbit'\nqueue='10000p'\n");
+        let (mut last, mut admitted) = (0.0, 0u64);
+        for i in 0..100_000 {
+            // Offered at 1.2 Gbit/s, so the queue never empties.
+            let now = i as f64 * 1514.0 * 8.0 / 1.2;
+            match ch.offer(now, 1514) {
+                Fate::Deliver { at_ns, .. } => {
+                    last = at_ns;
+                    admitted += 1;
+                }
+                Fate::DropQueue => {}
+                f => panic!("{f:?}"),
+            }
+        }
+        assert!(ch.backlog().0 > 9000, "queue should be near full");
+        assert!(admitted < 100_000, "some frames must be dropped by the queue");
+        // Back to back from t=0: the last admitted frame leaves exactly when all admitted bits
+        // have been sent at 1 Gbit/s.
+        assert!((last - admitted as f64 * 1514.0 * 8.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn drop_tail_by_packets_and_bytes() {
+        let mut ch = channel("[both]\nrate='1Mbit'\nqueue='3p'\n");
+        let fates: Vec<_> = (0..5).map(|_| ch.offer(0.0, 100)).collect();
+        assert_eq!(
+            fates.iter().filter(|f| matches!(f, Fate::DropQueue)).count(),
+            2
+        );
+        let mut ch = channel("[both]\nrate='1Mbit'\nqueue='2500B'\n");
+        let fates: Vec<_> = (0..4).map(|_| ch.offer(0.0, 1000)).collect();
+        assert!(matches!(fates[2], Fate::DropQueue) && matches!(fates[3], Fate::DropQueue));
+        assert!(matches!(fates[1], Fate::Deliver { queue_ns, .. } if (queue_ns - 8e6).abs() < 1.0));
+    }
+
+    #[test]
+    fn rate_trace_integrates_across_steps() {
+        let mut ch = channel("[both]\nrate='8Mbit'\n");
+        ch.cfg.rate = RateSource::Trace(
+            Trace::parse("0 8Mbit\n0.0005 4Mbit\n", Interp::Step, crate::units::parse_rate)
+                .unwrap(),
+        );
+        // 1000 bytes: 0.5 ms at 8 Mbit/s carries 4000 bits, the other 4000 at 4 Mbit/s take 1 ms.
+        assert!((at(ch.offer(0.0, 1000)) - 1.5e6).abs() < 1e-3);
+    }
+
+    #[test]
+    fn delay_trace_applies_at_departure() {
+        let mut ch = channel("[both]\nrate='1Gbit'\n");
+        ch.cfg.delay = DelaySource::Trace(
+            Trace::parse("0 10ms\n1 20ms\n", Interp::Linear, |s| {
+                crate::units::parse_duration_ns(s).map(|v| v as f64)
+            })
+            .unwrap(),
+        );
+        let d = at(ch.offer(0.5e9, 125)) - 0.5e9 - 1000.0;
+        // Delay is read when the last bit leaves (t = 0.5 s + 1 µs): 15 ms + 10 ns.
+        assert!((d - 15.00001e6).abs() < 1.0, "{d}");
+    }
+
+    #[test]
+    fn outage_drops_frames_in_the_air() {
+        let mut ch = channel("[both]\nrate='8Mbit'\n[outage]\ndown=['1s..2s']\n");
+        assert!(matches!(ch.offer(0.5e9, 1000), Fate::Deliver { .. }));
+        assert!(matches!(ch.offer(1.5e9, 1000), Fate::DropOutage { .. }));
+        // Straddling the start of the outage is lost too.
+        assert!(matches!(ch.offer(0.9995e9, 1000), Fate::DropOutage { .. }));
+        assert!(matches!(ch.offer(2.0e9, 1000), Fate::Deliver { .. }));
+    }
+
+    #[test]
+    fn jitter_never_reorders_unless_asked() {
+        let run = |reorder: bool| {
+            let mut ch = channel(&format!(
+                "[both]\nrate='100Mbit'\ndelay='50ms'\njitter='5ms'\nreorder={reorder}\n"
+            ));
+            let ats: Vec<f64> = (0..2000).map(|i| at(ch.offer(i as f64 * 1e5, 500))).collect();
+            let inversions = ats.windows(2).filter(|w| w[1] < w[0]).count();
+            let (lo, hi) = ats
+                .iter()
+                .enumerate()
+                .map(|(i, a)| a - i as f64 * 1e5)
+                .fold((f64::MAX, f64::MIN), |(l, h), d| (l.min(d), h.max(d)));
+            (inversions, lo, hi)
+        };
+        let (inv, lo, hi) = run(false);
+        assert_eq!(inv, 0);
+        assert!(lo >= 45e6 && hi <= 55.1e6, "{lo} {hi}");
+        let (inv, lo, _) = run(true);
+        assert!(inv > 100, "{inv}");
+        assert!(lo < 45.5e6);
+    }
+
+    #[test]
+    fn ber_loss_is_seeded() {
+        let pattern = |seed: u64| {
+            let mut ch = channel(&format!("seed={seed}\n[both]\nrate='1Gbit'\nber=1e-5\n"));
+            (0..5000)
+                .map(|i| matches!(ch.offer(i as f64 * 2e4, 1500), Fate::DropError { .. }))
+                .collect::<Vec<_>>()
+        };
+        let a = pattern(5);
+        assert_eq!(a, pattern(5));
+        assert_ne!(a, pattern(6));
+        let lost = a.iter().filter(|&&x| x).count() as f64 / 5000.0;
+        // PER = 1-(1-1e-5)^12000 ≈ 0.113.
+        assert!((lost - 0.113).abs() < 0.02, "{lost}");
+    }
+}

@@ -1,0 +1,143 @@
+//! `satpep lab`: build, use and remove testbeds, and run experiments on them.
+
+use clap::{Args, Subcommand};
+use satpep_lab::topology::{self, Host, Lab, UpOptions};
+use satpep_link::cli::LinkArgs;
+use std::os::unix::process::CommandExt;
+
+/// Build testbeds of network namespaces and run experiments on them.
+#[derive(Args, Debug)]
+#[command(long_about = "Build testbeds of network namespaces and run experiments on them.
+
+A testbed is five namespaces in a line, named sp-NAME-HOST:
+
+  client --- terminal ===[ link ]=== gateway --- server
+  198.18.1.2  .1.1 .2.1    emulator   .2.2 .3.1    198.18.3.2
+  (IPv6: 2001:2:0:1::2 ... 2001:2:0:3::2)
+
+The link namespace runs `satpep link` between terminal and gateway; forward is gateway -> \
+terminal (downloads), return is terminal -> gateway. Several labs coexist; each keeps its state \
+in /run/satpep/lab/NAME so `satpep lab down NAME` removes it even after a crash. Needs root.")]
+pub struct LabCmd {
+    #[command(subcommand)]
+    sub: LabSub,
+}
+
+#[derive(Subcommand, Debug)]
+enum LabSub {
+    /// Build a testbed and start its link emulator; it stays up until `lab down`.
+    Up {
+        /// Lab name (1-24 of a-z 0-9 - _).
+        name: String,
+        /// Print each host's namespace and addresses as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Skip the client-to-server ping check.
+        #[arg(long)]
+        no_check: bool,
+        #[command(flatten)]
+        link: LinkArgs,
+    },
+    /// Remove a testbed: emulator, namespaces and state (also after a crash).
+    Down {
+        /// Lab name.
+        name: String,
+    },
+    /// Run a command inside one host of a testbed.
+    Exec {
+        /// Lab name.
+        name: String,
+        /// client, terminal, link, gateway or server.
+        host: String,
+        /// The command and its arguments (after --).
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// List testbeds.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the link emulator's counters of a testbed.
+    Stats {
+        /// Lab name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run an experiment: `demo` (end-to-end TCP over the geo link).
+    Run(satpep_lab::demo::RunArgs),
+}
+
+pub fn main(cmd: LabCmd) -> Result<(), String> {
+    match cmd.sub {
+        LabSub::Up {
+            name,
+            json,
+            no_check,
+            link,
+        } => {
+            let spec = link.spec()?;
+            let cfg = spec.resolve()?;
+            let opts = UpOptions {
+                check: !no_check,
+                ..Default::default()
+            };
+            let lab = Lab::up(&name, &spec, &opts)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&lab.state().hosts).unwrap());
+            } else {
+                println!("lab '{name}' is up");
+                for h in &lab.state().hosts {
+                    let mut addrs = h.ipv4.clone();
+                    addrs.extend(h.ipv6.iter().cloned());
+                    println!("  {:<9} {:<22} {}", h.host.name(), h.netns, addrs.join(" "));
+                }
+                println!("  forward: {}\n  return:  {}", cfg.forward.describe(), cfg.ret.describe());
+                println!("try: satpep lab exec {name} client -- ping -c 3 {}", topology::SERVER_V4);
+            }
+            lab.detach();
+            Ok(())
+        }
+        LabSub::Down { name } => {
+            let removed = topology::teardown(&name)?;
+            if removed.is_empty() {
+                eprintln!("lab '{name}': nothing to remove");
+            } else {
+                eprintln!("lab '{name}' removed ({} namespaces)", removed.len());
+            }
+            Ok(())
+        }
+        LabSub::Exec { name, host, cmd } => {
+            let host = Host::parse(&host)?;
+            let lab = Lab::open(&name)?;
+            let mut c = lab.command(host, &cmd[0]);
+            c.args(&cmd[1..]);
+            // Replace this process so exit status and signals pass straight through.
+            Err(format!("cannot run {}: {}", cmd[0], c.exec()))
+        }
+        LabSub::List { json } => {
+            let labs = topology::list();
+            if json {
+                println!("{}", serde_json::to_string(&labs).unwrap());
+            } else {
+                for l in labs {
+                    println!("{l}");
+                }
+            }
+            Ok(())
+        }
+        LabSub::Stats { name, json } => {
+            let s = Lab::open(&name)?.link_stats()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s).unwrap());
+            } else {
+                print!("{}", s.table());
+            }
+            Ok(())
+        }
+        LabSub::Run(args) => satpep_lab::demo::run(args),
+    }
+}

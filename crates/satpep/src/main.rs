@@ -1,0 +1,42 @@
+//! `satpep`: a performance-enhancing proxy for TCP over satellite links, with its link emulator
+//! and test lab.
+
+mod lab_cmd;
+mod link_cmd;
+
+use clap::{Parser, Subcommand};
+
+/// satpep: a performance-enhancing proxy for TCP over satellite and other long, lossy links.
+#[derive(Parser, Debug)]
+#[command(
+    name = "satpep",
+    version,
+    long_about = "satpep: a performance-enhancing proxy (PEP) for TCP over satellite and other \
+long, lossy links, with a userspace satellite link emulator and a namespace lab that measures it.
+
+Subcommands need root (namespaces, raw sockets). See README.md and docs/."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Emulate a satellite link between two interfaces (rate, delay, queue, loss, outages).
+    Link(link_cmd::LinkCmd),
+    /// Build testbeds of network namespaces and run experiments on them.
+    Lab(lab_cmd::LabCmd),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Link(c) => link_cmd::main(c),
+        Cmd::Lab(c) => lab_cmd::main(c),
+    };
+    if let Err(e) = r {
+        eprintln!("satpep: error: {e}");
+        std::process::exit(1);
+    }
+}
