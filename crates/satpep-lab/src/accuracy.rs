@@ -11,13 +11,16 @@
 //!    drops; the measured PER is checked against the 99 % binomial interval).
 
 use crate::demo::RunArgs;
-use crate::iperf::{ping, udp_forward, udp_return, UdpResult};
+use crate::iperf::{ping, tcp_download, udp_forward, udp_return, UdpResult};
 use crate::progress::Progress;
+use crate::sink::Sink;
+use crate::topology::Host;
 use crate::topology::{Lab, UpOptions, SERVER_V4};
 use satpep_link::config::{DelaySource, LinkSpec, RateSource};
 use satpep_link::loss::per_from_ber;
 use satpep_link::units::fmt_rate;
 use serde::Serialize;
+use std::time::Duration;
 use std::time::Instant;
 
 /// Ethernet + IPv4 + UDP header bytes around an iperf3 datagram.
@@ -30,15 +33,21 @@ const PING_FRAME: u32 = 98;
 pub struct ScaleRow {
     /// Configured rate, bit/s.
     pub configured_bps: f64,
-    /// Frame rate delivered to the receiver, from iperf3's intervals, bit/s.
-    pub iperf3_bps: f64,
-    /// (iperf3 − configured) / configured.
+    /// Frame rate arriving at the terminal (nftables ingress counter), bit/s.
+    pub measured_bps: f64,
+    /// (measured − configured) / configured.
     pub error: f64,
     /// Emulator user CPU time / wall time (1.0 = one core).
     pub emulator_cpu_user: f64,
     /// Emulator system CPU time / wall time. Includes the receiving hosts' network stacks,
     /// which the kernel runs inside the emulator's send calls.
     pub emulator_cpu_sys: f64,
+    /// The emulator's release lateness p99 during the UDP run, ms.
+    pub late_p99_ms: f64,
+    /// iperf3 TCP (cubic) goodput end to end, bit/s.
+    pub tcp_goodput_bps: f64,
+    /// That goodput as a share of rate × 1448/1514.
+    pub tcp_share: f64,
 }
 
 /// One row of the presets table.
@@ -62,8 +71,6 @@ pub struct PresetRow {
     pub rtt_avg_ms: f64,
     /// Ping RTT maximum, ms.
     pub rtt_max_ms: f64,
-    /// 99th percentile of ping RTTs as ping prints them (whole ms above 100 ms), ms.
-    pub rtt_p99_ms: f64,
     /// The emulator's own release lateness p99, worse direction, ms.
     pub late_p99_ms: f64,
     /// Pings answered.
@@ -98,7 +105,11 @@ fn fixed_delay(d: &DelaySource) -> f64 {
 /// partial interval) and charging each datagram its frame headers.
 fn frame_rate(r: &UdpResult, len: u32) -> f64 {
     let iv = &r.intervals;
-    let mid = if iv.len() > 2 { &iv[1..iv.len() - 1] } else { &iv[..] };
+    let mid = if iv.len() > 2 {
+        &iv[1..iv.len() - 1]
+    } else {
+        &iv[..]
+    };
     let (secs, bytes) = mid
         .iter()
         .fold((0.0, 0u64), |(s, b), (is, ib)| (s + is, b + ib));
@@ -106,6 +117,14 @@ fn frame_rate(r: &UdpResult, len: u32) -> f64 {
         return 0.0;
     }
     bytes as f64 * 8.0 / secs * (len + UDP_FRAME_OVERHEAD) as f64 / len as f64
+}
+
+/// A reading of the sink counter and the emulator's CPU time.
+struct Sample {
+    packets: u64,
+    bytes: u64,
+    at: Instant,
+    cpu: (f64, f64),
 }
 
 /// (user, system) CPU seconds of process `pid`.
@@ -150,8 +169,9 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let steps = rates.len() + presets.len() * 4 + 1;
     let progress = Progress::new(steps, secs as f64 + 2.0, false);
     let name = format!("acc-{}", std::process::id());
-    let first = LinkSpec::layered(&[&toml::from_str("[both]\nrate='1Mbit'\ndelay='10ms'")
-        .map_err(|e| e.to_string())?])?;
+    let first = LinkSpec::layered(&[
+        &toml::from_str("[both]\nrate='1Mbit'\ndelay='10ms'").map_err(|e| e.to_string())?
+    ])?;
     let mut lab = Lab::up(&name, &first, &UpOptions::default())?;
     let mut step = 0;
 
@@ -163,35 +183,82 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     if !baseline_ms.is_finite() {
         return Err("baseline ping through a kernel bridge got no reply".into());
     }
+    progress.done(
+        step,
+        "baseline",
+        &format!("ping through a kernel bridge: {baseline_ms:.3} ms"),
+    );
+    step += 1;
 
     let mut scale = Vec::new();
     for &rate in rates {
-        let spec: LinkSpec = toml::from_str(&format!(
-            "[both]\nrate='{rate}'\ndelay='10ms'\n"
-        ))
-        .map_err(|e| e.to_string())?;
+        let spec: LinkSpec = toml::from_str(&format!("[both]\nrate='{rate}'\ndelay='10ms'\n"))
+            .map_err(|e| e.to_string())?;
         lab.start_emulator(&spec)?;
         let pid = lab.emulator_pid().ok_or("emulator not running")?;
-        let len = datagram_len(rate);
+        let len = 1472;
         let payload = rate * 1.02 * len as f64 / (len + UDP_FRAME_OVERHEAD) as f64;
-        let what = format!("scale {}", fmt_rate(rate));
-        let (c0, t0) = (cpu_seconds(pid), Instant::now());
-        let r = udp_forward(&lab, payload, len, secs, &mut |t| progress.tick(step, &what, t))?;
-        let c1 = cpu_seconds(pid);
-        let wall = t0.elapsed().as_secs_f64();
-        let measured = frame_rate(&r, len);
+        let what = format!("scale {} UDP", fmt_rate(rate));
+        let sink = Sink::install(&lab, Host::Terminal, 5202)?;
+        // iperf3 overdrives the link for secs + 4 s; the window measured is the middle secs.
+        let sample = |sink: &Sink| -> Result<Sample, String> {
+            let t0 = Instant::now();
+            let (packets, bytes) = sink.read()?;
+            let t1 = Instant::now();
+            Ok(Sample {
+                packets,
+                bytes,
+                at: t0 + (t1 - t0) / 2,
+                cpu: cpu_seconds(pid),
+            })
+        };
+        let (a, b) = std::thread::scope(|sc| -> Result<_, String> {
+            let tx = sc.spawn(|| udp_forward(&lab, payload, len, secs + 4, &mut |_| {}));
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(2) {
+                progress.tick(step, &what, t.elapsed().as_secs_f64());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let a = sample(&sink)?;
+            while t.elapsed() < Duration::from_secs(2 + secs as u64) {
+                progress.tick(step, &what, t.elapsed().as_secs_f64());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let b = sample(&sink)?;
+            tx.join().map_err(|_| "iperf3 thread panicked")??;
+            Ok((a, b))
+        })?;
+        drop(sink);
+        let dt = (b.at - a.at).as_secs_f64();
+        let (dp, db) = (b.packets - a.packets, b.bytes - a.bytes);
+        let measured = (db + 14 * dp) as f64 * 8.0 / dt;
+        let late = lab.link_stats()?.forward.late_p99_ms;
+        let what_tcp = format!("scale {} TCP", fmt_rate(rate));
+        progress.tick(step, &what_tcp, 0.0);
+        lab.start_emulator(&spec)?;
+        let tcp = tcp_download(&lab, "cubic", secs, false, &mut |t| {
+            progress.tick(step, &what_tcp, t)
+        })?;
         let row = ScaleRow {
             configured_bps: rate,
-            iperf3_bps: measured,
+            measured_bps: measured,
             error: measured / rate - 1.0,
-            emulator_cpu_user: (c1.0 - c0.0) / wall,
-            emulator_cpu_sys: (c1.1 - c0.1) / wall,
+            emulator_cpu_user: (b.cpu.0 - a.cpu.0) / dt,
+            emulator_cpu_sys: (b.cpu.1 - a.cpu.1) / dt,
+            late_p99_ms: late,
+            tcp_goodput_bps: tcp.goodput_bps,
+            tcp_share: tcp.goodput_bps / crate::demo::tcp_limit_bps(rate, 0, 0.0),
         };
-        let cpu = row.emulator_cpu_user + row.emulator_cpu_sys;
         progress.done(
             step,
-            &what,
-            &format!("{} ({:+.3} %), CPU {:.0} %", fmt_rate(measured), row.error * 100.0, cpu * 100.0),
+            &format!("scale {}", fmt_rate(rate)),
+            &format!(
+                "{} ({:+.3} %), CPU {:.0} %, TCP {:.1} % of limit",
+                fmt_rate(measured),
+                row.error * 100.0,
+                (row.emulator_cpu_user + row.emulator_cpu_sys) * 100.0,
+                row.tcp_share * 100.0
+            ),
         );
         step += 1;
         scale.push(row);
@@ -214,7 +281,11 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
                 udp_return(&lab, payload, len, secs, &mut tick)?
             };
             let m = frame_rate(&r, len);
-            progress.done(step, &what, &format!("{} of {}", fmt_rate(m), fmt_rate(rate)));
+            progress.done(
+                step,
+                &what,
+                &format!("{} of {}", fmt_rate(m), fmt_rate(rate)),
+            );
             Ok(m)
         };
         let fm = measure("forward", fr, step)?;
@@ -237,8 +308,11 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             rtts.max - baseline_ms,
             rtts.avg - baseline_ms,
         );
-        let p99 = percentile(&rtts.rtts, 0.99) - baseline_ms;
-        progress.done(step, &what, &format!("avg {avg:.3} ms, expected {expected:.3} ms"));
+        progress.done(
+            step,
+            &what,
+            &format!("avg {avg:.3} ms, expected {expected:.3} ms"),
+        );
         step += 1;
 
         // Loss: at half the rate so only the error process drops.
@@ -248,9 +322,13 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         let frame = len + UDP_FRAME_OVERHEAD;
         let what = format!("{preset} loss at BER {ber:e}");
         let loss_secs = secs * 2;
-        let r = udp_forward(&lab, fr * 0.5 * len as f64 / frame as f64, len, loss_secs, &mut |t| {
-            progress.tick(step, &what, t)
-        })?;
+        let r = udp_forward(
+            &lab,
+            fr * 0.5 * len as f64 / frame as f64,
+            len,
+            loss_secs,
+            &mut |t| progress.tick(step, &what, t),
+        )?;
         let p = per_from_ber(ber, frame);
         let n = r.packets.max(1) as f64;
         let half = 2.576 * (p * (1.0 - p) / n).sqrt();
@@ -271,7 +349,6 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             rtt_min_ms: min,
             rtt_avg_ms: avg,
             rtt_max_ms: max,
-            rtt_p99_ms: p99,
             late_p99_ms: late.forward.late_p99_ms.max(late.ret.late_p99_ms),
             pings: rtts.received,
             ber,
@@ -294,56 +371,88 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn percentile(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1]
-}
-
 fn print_tables(scale: &[ScaleRow], rows: &[PresetRow], secs: u32, baseline_ms: f64) {
     println!("\nsatpep link accuracy ({secs} s per rate measurement)\n");
-    println!("Scale: 2 % overdrive with UDP, delay 10 ms each way");
+    println!("Scale: delay 10 ms each way. UDP: iperf3 overdrives by 2 %; the terminal's nftables ingress counter");
     println!(
-        "| {:>12} | {:>14} | {:>8} | {:>12} | {:>12} |",
-        "configured", "iperf3 frames", "error", "CPU user", "CPU system"
+        "measures frames/s over {secs} s of steady state. TCP: iperf3 cubic, {secs} s, end to end."
     );
-    println!("|{:->14}|{:->16}|{:->10}|{:->14}|{:->14}|", "", "", "", "", "");
+    println!(
+        "| {:>12} | {:>15} | {:>8} | {:>9} | {:>9} | {:>9} | {:>15} | {:>9} |",
+        "configured",
+        "measured",
+        "error",
+        "CPU user",
+        "CPU sys",
+        "late p99",
+        "TCP goodput",
+        "of limit"
+    );
+    println!(
+        "|{:->14}|{:->17}|{:->10}|{:->11}|{:->11}|{:->11}|{:->17}|{:->11}|",
+        "", "", "", "", "", "", "", ""
+    );
     for r in scale {
         println!(
-            "| {:>12} | {:>14} | {:>+7.3}% | {:>10.0} % | {:>10.0} % |",
+            "| {:>12} | {:>15} | {:>+7.3}% | {:>7.0} % | {:>7.0} % | {:>6.3} ms | {:>15} | {:>7.1} % |",
             fmt_rate(r.configured_bps),
-            fmt_rate(r.iperf3_bps),
+            fmt_rate(r.measured_bps),
             r.error * 100.0,
             r.emulator_cpu_user * 100.0,
             r.emulator_cpu_sys * 100.0,
+            r.late_p99_ms,
+            fmt_rate(r.tcp_goodput_bps),
+            r.tcp_share * 100.0
         );
     }
-    println!("CPU: emulator process time / wall time (100 % = one core); system time includes the");
-    println!("receiving namespaces' network stacks, which the kernel runs inside the emulator's sends.");
+    println!(
+        "CPU: emulator process time / wall time (100 % = one core), both directions; system time"
+    );
+    println!("includes the kernel's delivery of each frame to the next namespace.");
     println!("\nPresets: configured vs measured. Rate: iperf3 UDP frames/s. RTT added: ping (98-byte frames)");
     println!("minus the same path through a kernel bridge ({baseline_ms:.3} ms); expected = 2 delays + serialization.");
     println!("PER: iperf3 UDP at half the rate, against the 99 % binomial interval of the configured PER.");
     println!(
-        "| {:<13} | {:>23} | {:>23} | {:>9} | {:>25} | {:>7} | {:>8} | {:>7} | {:>24} | {:>7} |",
-        "preset", "forward rate conf/meas", "return rate conf/meas", "RTT exp", "added RTT min/avg/max",
-        "p99", "late p99", "BER", "PER exp [99 % interval]", "PER meas"
+        "| {:<13} | {:>23} | {:>23} | {:>9} | {:>25} | {:>8} | {:>7} | {:>24} | {:>8} |",
+        "preset",
+        "forward rate conf/meas",
+        "return rate conf/meas",
+        "RTT exp",
+        "added RTT min/avg/max",
+        "late p99",
+        "BER",
+        "PER exp [99 % interval]",
+        "PER meas"
     );
-    println!("|{:-<15}|{:->25}|{:->25}|{:->11}|{:->27}|{:->9}|{:->10}|{:->9}|{:->26}|{:->9}|", "", "", "", "", "", "", "", "", "", "");
+    println!(
+        "|{:-<15}|{:->25}|{:->25}|{:->11}|{:->27}|{:->10}|{:->9}|{:->26}|{:->10}|",
+        "", "", "", "", "", "", "", "", ""
+    );
     for r in rows {
         println!(
-            "| {:<13} | {:>23} | {:>23} | {:>9.3} | {:>25} | {:>7.1} | {:>8.3} | {:>7} | {:>24} | {:>7.4} |",
+            "| {:<13} | {:>23} | {:>23} | {:>9.3} | {:>25} | {:>8.3} | {:>7} | {:>24} | {:>8.4} |",
             r.preset,
-            format!("{} / {}", short_rate(r.fwd_rate_bps), short_rate(r.fwd_measured_bps)),
-            format!("{} / {}", short_rate(r.ret_rate_bps), short_rate(r.ret_measured_bps)),
+            format!(
+                "{} / {}",
+                short_rate(r.fwd_rate_bps),
+                short_rate(r.fwd_measured_bps)
+            ),
+            format!(
+                "{} / {}",
+                short_rate(r.ret_rate_bps),
+                short_rate(r.ret_measured_bps)
+            ),
             r.rtt_expected_ms,
-            format!("{:.3}/{:.3}/{:.3}", r.rtt_min_ms, r.rtt_avg_ms, r.rtt_max_ms),
-            r.rtt_p99_ms,
+            format!(
+                "{:.3}/{:.3}/{:.3}",
+                r.rtt_min_ms, r.rtt_avg_ms, r.rtt_max_ms
+            ),
             r.late_p99_ms,
             format!("{:e}", r.ber),
-            format!("{:.4} [{:.4}, {:.4}]", r.per_expected, r.per_interval.0, r.per_interval.1),
+            format!(
+                "{:.4} [{:.4}, {:.4}]",
+                r.per_expected, r.per_interval.0, r.per_interval.1
+            ),
             r.per_measured
         );
     }

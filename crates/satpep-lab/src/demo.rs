@@ -105,7 +105,11 @@ fn demo(args: &RunArgs) -> Result<(), String> {
         progress.done(
             i,
             &what,
-            &format!("{} ({:.1} % of limit)", fmt_rate(r.goodput_bps), row.utilization * 100.0),
+            &format!(
+                "{} ({:.1} % of limit)",
+                fmt_rate(r.goodput_bps),
+                row.utilization * 100.0
+            ),
         );
         rows.push(row);
     }
@@ -126,13 +130,20 @@ fn print_demo(rows: &[DemoRow], secs: u32) {
         "| {:<10} | {:<5} | {:>6} | {:>14} | {:>11} | {:>7} | {:>8} |",
         "mode", "cc", "BER", "goodput", "% of limit", "retrans", "RTT ms"
     );
-    println!("|{:-<12}|{:-<7}|{:->8}|{:->16}|{:->13}|{:->9}|{:->10}|", "", "", "", "", "", "", "");
+    println!(
+        "|{:-<12}|{:-<7}|{:->8}|{:->16}|{:->13}|{:->9}|{:->10}|",
+        "", "", "", "", "", "", ""
+    );
     for r in rows {
         println!(
             "| {:<10} | {:<5} | {:>6} | {:>14} | {:>10.1}% | {:>7} | {:>8.0} |",
             r.mode,
             r.cc,
-            if r.ber == 0.0 { "0".to_string() } else { format!("{:e}", r.ber) },
+            if r.ber == 0.0 {
+                "0".to_string()
+            } else {
+                format!("{:e}", r.ber)
+            },
             fmt_rate(r.goodput_bps),
             r.utilization * 100.0,
             r.retransmits,

@@ -73,7 +73,12 @@ impl Drop for Server {
 
 /// Runs an iperf3 client in `host`, retrying while the server is not listening yet, and calls
 /// `tick(elapsed)` about once a second while it runs.
-fn client(lab: &Lab, host: Host, args: &[String], tick: &mut dyn FnMut(f64)) -> Result<Value, String> {
+fn client(
+    lab: &Lab,
+    host: Host,
+    args: &[String],
+    tick: &mut dyn FnMut(f64),
+) -> Result<Value, String> {
     let start = Instant::now();
     let mut attempt = 0;
     loop {
@@ -137,10 +142,15 @@ pub fn tcp_download(
     let v = client(lab, Host::Server, &args, tick)?;
     let end = &v["end"];
     Ok(TcpResult {
-        goodput_bps: end["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0),
+        goodput_bps: end["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or(0.0),
         bytes: end["sum_received"]["bytes"].as_u64().unwrap_or(0),
         retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
-        mean_rtt_ms: end["streams"][0]["sender"]["mean_rtt"].as_f64().unwrap_or(0.0) / 1000.0,
+        mean_rtt_ms: end["streams"][0]["sender"]["mean_rtt"]
+            .as_f64()
+            .unwrap_or(0.0)
+            / 1000.0,
     })
 }
 
@@ -153,7 +163,16 @@ pub fn udp_forward(
     secs: u32,
     tick: &mut dyn FnMut(f64),
 ) -> Result<UdpResult, String> {
-    udp(lab, Host::Server, Host::Client, CLIENT_V4, payload_bps, len, secs, tick)
+    udp(
+        lab,
+        Host::Server,
+        Host::Client,
+        CLIENT_V4,
+        payload_bps,
+        len,
+        secs,
+        tick,
+    )
 }
 
 /// A UDP stream from the client host to the server host (the return direction).
@@ -164,7 +183,16 @@ pub fn udp_return(
     secs: u32,
     tick: &mut dyn FnMut(f64),
 ) -> Result<UdpResult, String> {
-    udp(lab, Host::Client, Host::Server, crate::topology::SERVER_V4, payload_bps, len, secs, tick)
+    udp(
+        lab,
+        Host::Client,
+        Host::Server,
+        crate::topology::SERVER_V4,
+        payload_bps,
+        len,
+        secs,
+        tick,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -239,7 +267,13 @@ pub struct PingResult {
 }
 
 /// Pings `dst` from the client `count` times, every `interval_s`, with `size` payload bytes.
-pub fn ping(lab: &Lab, dst: &str, count: u32, interval_s: f64, size: u32) -> Result<PingResult, String> {
+pub fn ping(
+    lab: &Lab,
+    dst: &str,
+    count: u32,
+    interval_s: f64,
+    size: u32,
+) -> Result<PingResult, String> {
     let out = lab
         .command(Host::Client, "ping")
         .args([

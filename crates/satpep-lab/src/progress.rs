@@ -27,7 +27,11 @@ impl Progress {
 
     fn eta(&self, done_steps: f64) -> String {
         let el = self.start.elapsed().as_secs_f64();
-        let per = if done_steps > 0.2 { el / done_steps } else { self.step_secs };
+        let per = if done_steps > 0.2 {
+            el / done_steps
+        } else {
+            self.step_secs
+        };
         let left = (per * (self.total as f64 - done_steps)).max(0.0) as u64;
         format!("ETA {}:{:02}", left / 60, left % 60)
     }

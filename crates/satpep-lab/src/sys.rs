@@ -69,7 +69,9 @@ pub fn ip_batch(ns: Option<&str>, lines: &[String]) -> Result<(), String> {
 pub fn require_root() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err("the lab needs root (network namespaces, raw sockets): run it with sudo".into());
+        return Err(
+            "the lab needs root (network namespaces, raw sockets): run it with sudo".into(),
+        );
     }
     Ok(())
 }

@@ -384,12 +384,27 @@ impl Lab {
             ],
         )?;
         for ns in [&c, &t, &g, &s] {
-            self.sysctls(ns, &["net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"])?;
+            self.sysctls(
+                ns,
+                &[
+                    "net.ipv6.conf.all.accept_dad=0",
+                    "net.ipv6.conf.default.accept_dad=0",
+                ],
+            )?;
         }
         // The link host is a wire, not a host: no IPv6 autoconfiguration chatter from it.
-        self.sysctls(&l, &["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        self.sysctls(
+            &l,
+            &[
+                "net.ipv6.conf.all.disable_ipv6=1",
+                "net.ipv6.conf.default.disable_ipv6=1",
+            ],
+        )?;
         for ns in [&t, &g] {
-            self.sysctls(ns, &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"])?;
+            self.sysctls(
+                ns,
+                &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
+            )?;
         }
         // End hosts: buffers big enough for a GEO bandwidth-delay product, and no cached
         // ssthresh carrying one run's losses into the next.
@@ -430,7 +445,9 @@ impl Lab {
                 // No ARP/ND across the emulated link: a satellite hop has none, and a lost
                 // resolution would stall the first packets of a run.
                 format!("neigh add 198.18.2.2 lladdr {GATEWAY_SAT_MAC} dev to-link nud permanent"),
-                format!("neigh add 2001:2:0:2::2 lladdr {GATEWAY_SAT_MAC} dev to-link nud permanent"),
+                format!(
+                    "neigh add 2001:2:0:2::2 lladdr {GATEWAY_SAT_MAC} dev to-link nud permanent"
+                ),
             ],
         )?;
         ip_batch(Some(&l), &[up("lo"), up("to-term"), up("to-gw")])?;
@@ -447,7 +464,9 @@ impl Lab {
                 "route add 198.18.1.0/24 via 198.18.2.1".into(),
                 "route add 2001:2:0:1::/64 via 2001:2:0:2::1".into(),
                 format!("neigh add 198.18.2.1 lladdr {TERMINAL_SAT_MAC} dev to-link nud permanent"),
-                format!("neigh add 2001:2:0:2::1 lladdr {TERMINAL_SAT_MAC} dev to-link nud permanent"),
+                format!(
+                    "neigh add 2001:2:0:2::1 lladdr {TERMINAL_SAT_MAC} dev to-link nud permanent"
+                ),
             ],
         )?;
         ip_batch(
@@ -467,7 +486,9 @@ impl Lab {
             self.ns_run(
                 host,
                 "ethtool",
-                &["-K", "to-link", "tso", "off", "gso", "off", "gro", "off", "tx", "off"],
+                &[
+                    "-K", "to-link", "tso", "off", "gso", "off", "gro", "off", "tx", "off",
+                ],
             )?;
         }
         Ok(())
@@ -510,7 +531,14 @@ impl Lab {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.ns(Host::Link)])
             .arg(&self.satpep_bin)
-            .args(["link", "--terminal", "to-term", "--gateway", "to-gw", "--config"])
+            .args([
+                "link",
+                "--terminal",
+                "to-term",
+                "--gateway",
+                "to-gw",
+                "--config",
+            ])
             .arg(&cfg)
             .arg("--control")
             .arg(&sock)
@@ -608,9 +636,11 @@ impl Lab {
 fn absolute_traces(spec: &LinkSpec) -> Result<String, String> {
     let mut s = spec.clone();
     for d in [&mut s.both, &mut s.forward, &mut s.ret] {
-        for p in [&mut d.rate_trace, &mut d.delay_trace].into_iter().flatten() {
-            *p = std::fs::canonicalize(&*p)
-                .map_err(|e| format!("trace {}: {e}", p.display()))?;
+        for p in [&mut d.rate_trace, &mut d.delay_trace]
+            .into_iter()
+            .flatten()
+        {
+            *p = std::fs::canonicalize(&*p).map_err(|e| format!("trace {}: {e}", p.display()))?;
         }
     }
     toml::to_string(&s).map_err(|e| format!("cannot write link settings: {e}"))

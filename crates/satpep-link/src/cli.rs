@@ -98,22 +98,52 @@ pub struct LinkArgs {
 
     /// Bit error rate of both directions, in [0, 1); a frame of L bytes is lost with
     /// probability 1 − (1 − BER)^(8·L).
-    #[arg(long, value_name = "BER", help_heading = "Loss")]
+    #[arg(
+        long,
+        value_name = "BER",
+        help_heading = "Loss",
+        allow_negative_numbers = true
+    )]
     pub ber: Option<f64>,
     /// Forward bit error rate.
-    #[arg(long, value_name = "BER", help_heading = "Loss")]
+    #[arg(
+        long,
+        value_name = "BER",
+        help_heading = "Loss",
+        allow_negative_numbers = true
+    )]
     pub fwd_ber: Option<f64>,
     /// Return bit error rate.
-    #[arg(long, value_name = "BER", help_heading = "Loss")]
+    #[arg(
+        long,
+        value_name = "BER",
+        help_heading = "Loss",
+        allow_negative_numbers = true
+    )]
     pub ret_ber: Option<f64>,
     /// Packet error rate of both directions, in [0, 1), whatever the frame size.
-    #[arg(long, value_name = "PER", help_heading = "Loss")]
+    #[arg(
+        long,
+        value_name = "PER",
+        help_heading = "Loss",
+        allow_negative_numbers = true
+    )]
     pub per: Option<f64>,
     /// Forward packet error rate.
-    #[arg(long, value_name = "PER", help_heading = "Loss")]
+    #[arg(
+        long,
+        value_name = "PER",
+        help_heading = "Loss",
+        allow_negative_numbers = true
+    )]
     pub fwd_per: Option<f64>,
     /// Return packet error rate.
-    #[arg(long, value_name = "PER", help_heading = "Loss")]
+    #[arg(
+        long,
+        value_name = "PER",
+        help_heading = "Loss",
+        allow_negative_numbers = true
+    )]
     pub ret_per: Option<f64>,
     /// Gilbert–Elliott burst loss for both directions: p=GOOD→BAD,r=BAD→GOOD per frame,
     /// optional loss_bad= (default 1) and loss_good= (default 0).
@@ -161,7 +191,18 @@ impl LinkArgs {
                 }
             };
         }
-        let mut both = dir!(rate, rate_trace, overhead, delay, delay_trace, jitter, queue, ber, per, gilbert);
+        let mut both = dir!(
+            rate,
+            rate_trace,
+            overhead,
+            delay,
+            delay_trace,
+            jitter,
+            queue,
+            ber,
+            per,
+            gilbert
+        );
         if self.reorder {
             both.reorder = Some(true);
         }
@@ -169,8 +210,30 @@ impl LinkArgs {
             preset: self.preset.clone(),
             seed: self.seed,
             both,
-            forward: dir!(fwd_rate, fwd_rate_trace, fwd_overhead, fwd_delay, fwd_delay_trace, fwd_jitter, fwd_queue, fwd_ber, fwd_per, fwd_gilbert),
-            ret: dir!(ret_rate, ret_rate_trace, ret_overhead, ret_delay, ret_delay_trace, ret_jitter, ret_queue, ret_ber, ret_per, ret_gilbert),
+            forward: dir!(
+                fwd_rate,
+                fwd_rate_trace,
+                fwd_overhead,
+                fwd_delay,
+                fwd_delay_trace,
+                fwd_jitter,
+                fwd_queue,
+                fwd_ber,
+                fwd_per,
+                fwd_gilbert
+            ),
+            ret: dir!(
+                ret_rate,
+                ret_rate_trace,
+                ret_overhead,
+                ret_delay,
+                ret_delay_trace,
+                ret_jitter,
+                ret_queue,
+                ret_ber,
+                ret_per,
+                ret_gilbert
+            ),
             outage: OutageSpec {
                 every: self.outage_every.clone(),
                 duration: self.outage_duration.clone(),

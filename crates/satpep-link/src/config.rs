@@ -416,7 +416,8 @@ impl PartialDir {
         let gilbert = match s.gilbert {
             None => None,
             Some(g) => {
-                if !(g.p > 0.0 && g.p <= 1.0) || !(g.r > 0.0 && g.r <= 1.0) {
+                let in_unit = |x: f64| x > 0.0 && x <= 1.0;
+                if !in_unit(g.p) || !in_unit(g.r) {
                     return Err(format!(
                         "{dir} gilbert: p and r must be in (0, 1] (got p={}, r={})",
                         g.p, g.r
@@ -630,17 +631,25 @@ mod tests {
     fn bad_values_are_named() {
         let e = spec("[both]\nrate='0'\n").resolve().unwrap_err();
         assert!(e.contains("forward rate") && e.contains("between"), "{e}");
-        let e = spec("[both]\nrate='1Mbit'\nber=1.0\n").resolve().unwrap_err();
+        let e = spec("[both]\nrate='1Mbit'\nber=1.0\n")
+            .resolve()
+            .unwrap_err();
         assert!(e.contains("ber 1 is outside [0, 1)"), "{e}");
-        let e = spec("[both]\nrate='1Mbit'\n[return]\nber=-0.1\n").resolve().unwrap_err();
+        let e = spec("[both]\nrate='1Mbit'\n[return]\nber=-0.1\n")
+            .resolve()
+            .unwrap_err();
         assert!(e.starts_with("return ber"), "{e}");
-        let e = spec("[both]\nrate='1Mbit'\ndelay='5'\n").resolve().unwrap_err();
+        let e = spec("[both]\nrate='1Mbit'\ndelay='5'\n")
+            .resolve()
+            .unwrap_err();
         assert!(e.contains("delay") && e.contains("unit"), "{e}");
         let e = spec("[both]\nrate='200Gbit'\n").resolve().unwrap_err();
         assert!(e.contains("between"), "{e}");
         let e = spec("[both]\n").resolve().unwrap_err();
         assert!(e.contains("no forward rate"), "{e}");
-        let e = spec("[both]\nrate='1Mbit'\n[outage]\nevery='5s'\n").resolve().unwrap_err();
+        let e = spec("[both]\nrate='1Mbit'\n[outage]\nevery='5s'\n")
+            .resolve()
+            .unwrap_err();
         assert!(e.contains("outage"), "{e}");
         let e = toml::from_str::<LinkSpec>("[both]\nrat='1Mbit'\n").unwrap_err();
         assert!(e.to_string().contains("rat"), "{e}");
@@ -650,9 +659,8 @@ mod tests {
 
     #[test]
     fn outages() {
-        let s = spec(
-            "[both]\nrate='1Mbit'\n[outage]\nevery='60s'\nduration='5s'\ndown=['10s..12s']\n",
-        );
+        let s =
+            spec("[both]\nrate='1Mbit'\n[outage]\nevery='60s'\nduration='5s'\ndown=['10s..12s']\n");
         let o = s.resolve().unwrap().outages;
         let s_ = 1e9;
         assert!(!o.overlaps(1.0 * s_, 2.0 * s_));
@@ -669,6 +677,9 @@ mod tests {
         let g: GilbertSpec = "p=0.01, r=0.25,loss_bad=0.5".parse().unwrap();
         assert_eq!((g.p, g.r, g.loss_good, g.loss_bad), (0.01, 0.25, 0.0, 0.5));
         assert!("p=0.1".parse::<GilbertSpec>().unwrap_err().contains("r="));
-        assert!("p=0.1,r=0.1,x=1".parse::<GilbertSpec>().unwrap_err().contains("'x'"));
+        assert!("p=0.1,r=0.1,x=1"
+            .parse::<GilbertSpec>()
+            .unwrap_err()
+            .contains("'x'"));
     }
 }

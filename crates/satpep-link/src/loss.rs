@@ -94,7 +94,11 @@ impl LossState {
             Some(g) => {
                 let p = if self.bad { g.loss_bad } else { g.loss_good };
                 // State for the next frame.
-                self.bad = if self.bad { u_state >= g.r } else { u_state < g.p };
+                self.bad = if self.bad {
+                    u_state >= g.r
+                } else {
+                    u_state < g.p
+                };
                 p
             }
             None => 0.0,
@@ -164,7 +168,14 @@ mod tests {
         let lost = pattern.iter().filter(|&&l| l).count() as f64;
         let bursts = pattern.windows(2).filter(|w| !w[0] && w[1]).count() as f64;
         let mean_burst = lost / bursts;
-        assert!((lost / n as f64 - g.mean_loss()).abs() < 0.004, "{}", lost / n as f64);
-        assert!((mean_burst - g.mean_burst_frames()).abs() < 0.3, "{mean_burst}");
+        assert!(
+            (lost / n as f64 - g.mean_loss()).abs() < 0.004,
+            "{}",
+            lost / n as f64
+        );
+        assert!(
+            (mean_burst - g.mean_burst_frames()).abs() < 0.3,
+            "{mean_burst}"
+        );
     }
 }

@@ -142,7 +142,10 @@ impl Channel {
             at = at.max(self.last_delivery);
         }
         self.last_delivery = self.last_delivery.max(at);
-        Fate::Deliver { at_ns: at, queue_ns }
+        Fate::Deliver {
+            at_ns: at,
+            queue_ns,
+        }
     }
 }
 
@@ -202,7 +205,10 @@ mod tests {
             }
         }
         assert!(ch.backlog().0 > 9000, "queue should be near full");
-        assert!(admitted < 100_000, "some frames must be dropped by the queue");
+        assert!(
+            admitted < 100_000,
+            "some frames must be dropped by the queue"
+        );
         // Back to back from t=0: the last admitted frame leaves exactly when all admitted bits
         // have been sent at 1 Gbit/s.
         assert!((last - admitted as f64 * 1514.0 * 8.0).abs() < 1.0);
@@ -213,7 +219,10 @@ mod tests {
         let mut ch = channel("[both]\nrate='1Mbit'\nqueue='3p'\n");
         let fates: Vec<_> = (0..5).map(|_| ch.offer(0.0, 100)).collect();
         assert_eq!(
-            fates.iter().filter(|f| matches!(f, Fate::DropQueue)).count(),
+            fates
+                .iter()
+                .filter(|f| matches!(f, Fate::DropQueue))
+                .count(),
             2
         );
         let mut ch = channel("[both]\nrate='1Mbit'\nqueue='2500B'\n");
@@ -226,8 +235,12 @@ mod tests {
     fn rate_trace_integrates_across_steps() {
         let mut ch = channel("[both]\nrate='8Mbit'\n");
         ch.cfg.rate = RateSource::Trace(
-            Trace::parse("0 8Mbit\n0.0005 4Mbit\n", Interp::Step, crate::units::parse_rate)
-                .unwrap(),
+            Trace::parse(
+                "0 8Mbit\n0.0005 4Mbit\n",
+                Interp::Step,
+                crate::units::parse_rate,
+            )
+            .unwrap(),
         );
         // 1000 bytes: 0.5 ms at 8 Mbit/s carries 4000 bits, the other 4000 at 4 Mbit/s take 1 ms.
         assert!((at(ch.offer(0.0, 1000)) - 1.5e6).abs() < 1e-3);
@@ -263,7 +276,9 @@ mod tests {
             let mut ch = channel(&format!(
                 "[both]\nrate='100Mbit'\ndelay='50ms'\njitter='5ms'\nreorder={reorder}\n"
             ));
-            let ats: Vec<f64> = (0..2000).map(|i| at(ch.offer(i as f64 * 1e5, 500))).collect();
+            let ats: Vec<f64> = (0..2000)
+                .map(|i| at(ch.offer(i as f64 * 1e5, 500)))
+                .collect();
             let inversions = ats.windows(2).filter(|w| w[1] < w[0]).count();
             let (lo, hi) = ats
                 .iter()

@@ -157,6 +157,9 @@ pub struct LinkSnapshot {
     pub ret: DirSnapshot,
 }
 
+/// A table row: label and how to format a direction's value.
+type Row = (&'static str, fn(&DirSnapshot) -> String);
+
 impl LinkSnapshot {
     /// A fixed-width table for people.
     pub fn table(&self) -> String {
@@ -164,7 +167,7 @@ impl LinkSnapshot {
             "satpep link counters after {:.1} s\n{:<18}{:>16}{:>16}\n",
             self.uptime_s, "", "forward", "return"
         );
-        let rows: [(&str, fn(&DirSnapshot) -> String); 16] = [
+        let rows: [Row; 16] = [
             ("frames in", |d| d.frames_in.to_string()),
             ("bytes in", |d| d.bytes_in.to_string()),
             ("delivered", |d| d.delivered.to_string()),
@@ -176,9 +179,15 @@ impl LinkSnapshot {
             ("drop: kernel", |d| d.dropped_kernel.to_string()),
             ("tx errors", |d| d.tx_errors.to_string()),
             ("in queue now", |d| format!("{} fr", d.backlog_frames)),
-            ("queue delay p50", |d| format!("{:.3} ms", d.queue_delay_p50_ms)),
-            ("queue delay p99", |d| format!("{:.3} ms", d.queue_delay_p99_ms)),
-            ("queue delay max", |d| format!("{:.3} ms", d.queue_delay_max_ms)),
+            ("queue delay p50", |d| {
+                format!("{:.3} ms", d.queue_delay_p50_ms)
+            }),
+            ("queue delay p99", |d| {
+                format!("{:.3} ms", d.queue_delay_p99_ms)
+            }),
+            ("queue delay max", |d| {
+                format!("{:.3} ms", d.queue_delay_max_ms)
+            }),
             ("release late p99", |d| format!("{:.3} ms", d.late_p99_ms)),
             ("release late max", |d| format!("{:.3} ms", d.late_max_ms)),
         ];

@@ -83,7 +83,9 @@ impl Trace {
 
     /// Reads a delay trace (values in ns).
     pub fn load_delay(path: &Path) -> Result<Trace, String> {
-        Self::load(path, Interp::Linear, |s| parse_duration_ns(s).map(|v| v as f64))
+        Self::load(path, Interp::Linear, |s| {
+            parse_duration_ns(s).map(|v| v as f64)
+        })
     }
 
     fn load(
@@ -234,6 +236,8 @@ mod tests {
         assert!(delay("5 20ms\n1 20ms\n").unwrap_err().contains("backwards"));
         assert!(delay("0 20ms 3\n").unwrap_err().contains("line 1"));
         assert!(delay("# nothing\n").unwrap_err().contains("at least one"));
-        assert!(delay("0 1ms\nrepeat\n2 1ms").unwrap_err().contains("follow"));
+        assert!(delay("0 1ms\nrepeat\n2 1ms")
+            .unwrap_err()
+            .contains("follow"));
     }
 }

@@ -25,7 +25,8 @@ fn split_number(s: &str) -> Result<(f64, &str), UnitError> {
             !(c.is_ascii_digit()
                 || c == '.'
                 || ((c == 'e' || c == 'E')
-                    && t[i + 1..].starts_with(|d: char| d.is_ascii_digit() || d == '-' || d == '+'))
+                    && t[i + 1..]
+                        .starts_with(|d: char| d.is_ascii_digit() || d == '-' || d == '+'))
                 || ((c == '-' || c == '+') && (i == 0 || matches!(&t[i - 1..i], "e" | "E"))))
         })
         .map(|(i, _)| i)
@@ -160,7 +161,9 @@ pub fn parse_queue(s: &str) -> Result<QueueSpec, UnitError> {
     }
     let b = parse_size(t)?;
     if b == 0 {
-        return Err(UnitError(format!("'{s}': a queue of 0 bytes drops everything")));
+        return Err(UnitError(format!(
+            "'{s}': a queue of 0 bytes drops everything"
+        )));
     }
     Ok(QueueSpec::Bytes(b))
 }
@@ -201,7 +204,10 @@ mod tests {
         assert_eq!(parse_rate("1e6").unwrap(), 1e6);
         assert!(parse_rate("10MB/s").unwrap_err().0.contains("bits"));
         assert!(parse_rate("fast").is_err());
-        assert!(parse_rate("10 furlongs").unwrap_err().0.contains("furlongs"));
+        assert!(parse_rate("10 furlongs")
+            .unwrap_err()
+            .0
+            .contains("furlongs"));
     }
 
     #[test]
@@ -210,7 +216,10 @@ mod tests {
         assert_eq!(parse_duration_ns("0.28s").unwrap(), 280_000_000);
         assert_eq!(parse_duration_ns("250us").unwrap(), 250_000);
         assert_eq!(parse_duration_ns("1min").unwrap(), 60_000_000_000);
-        assert!(parse_duration_ns("280").unwrap_err().0.contains("needs a unit"));
+        assert!(parse_duration_ns("280")
+            .unwrap_err()
+            .0
+            .contains("needs a unit"));
         assert!(parse_duration_ns("-5ms").is_err());
     }
 

@@ -7,7 +7,8 @@ use std::os::unix::process::CommandExt;
 
 /// Build testbeds of network namespaces and run experiments on them.
 #[derive(Args, Debug)]
-#[command(long_about = "Build testbeds of network namespaces and run experiments on them.
+#[command(
+    long_about = "Build testbeds of network namespaces and run experiments on them.
 
 A testbed is five namespaces in a line, named sp-NAME-HOST:
 
@@ -17,7 +18,8 @@ A testbed is five namespaces in a line, named sp-NAME-HOST:
 
 The link namespace runs `satpep link` between terminal and gateway; forward is gateway -> \
 terminal (downloads), return is terminal -> gateway. Several labs coexist; each keeps its state \
-in /run/satpep/lab/NAME so `satpep lab down NAME` removes it even after a crash. Needs root.")]
+in /run/satpep/lab/NAME so `satpep lab down NAME` removes it even after a crash. Needs root."
+)]
 pub struct LabCmd {
     #[command(subcommand)]
     sub: LabSub,
@@ -36,7 +38,7 @@ enum LabSub {
         #[arg(long)]
         no_check: bool,
         #[command(flatten)]
-        link: LinkArgs,
+        link: Box<LinkArgs>,
     },
     /// Remove a testbed: emulator, namespaces and state (also after a crash).
     Down {
@@ -87,7 +89,10 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             };
             let lab = Lab::up(&name, &spec, &opts)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&lab.state().hosts).unwrap());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&lab.state().hosts).unwrap()
+                );
             } else {
                 println!("lab '{name}' is up");
                 for h in &lab.state().hosts {
@@ -95,8 +100,15 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
                     addrs.extend(h.ipv6.iter().cloned());
                     println!("  {:<9} {:<22} {}", h.host.name(), h.netns, addrs.join(" "));
                 }
-                println!("  forward: {}\n  return:  {}", cfg.forward.describe(), cfg.ret.describe());
-                println!("try: satpep lab exec {name} client -- ping -c 3 {}", topology::SERVER_V4);
+                println!(
+                    "  forward: {}\n  return:  {}",
+                    cfg.forward.describe(),
+                    cfg.ret.describe()
+                );
+                println!(
+                    "try: satpep lab exec {name} client -- ping -c 3 {}",
+                    topology::SERVER_V4
+                );
             }
             lab.detach();
             Ok(())

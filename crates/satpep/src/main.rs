@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Emulate a satellite link between two interfaces (rate, delay, queue, loss, outages).
-    Link(link_cmd::LinkCmd),
+    Link(Box<link_cmd::LinkCmd>),
     /// Build testbeds of network namespaces and run experiments on them.
     Lab(lab_cmd::LabCmd),
 }
@@ -32,7 +32,7 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Link(c) => link_cmd::main(c),
+        Cmd::Link(c) => link_cmd::main(*c),
         Cmd::Lab(c) => lab_cmd::main(c),
     };
     if let Err(e) = r {

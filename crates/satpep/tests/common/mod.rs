@@ -1,0 +1,89 @@
+//! Helpers shared by the integration tests: labs with unique names that tear themselves
+//! down, and the satpep binary under test.
+
+#![allow(dead_code)]
+
+use satpep_lab::{Lab, UpOptions};
+use satpep_link::config::LinkSpec;
+use std::process::Command;
+
+/// The satpep binary built for these tests.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_satpep")
+}
+
+/// A command running the satpep binary.
+pub fn satpep() -> Command {
+    Command::new(bin())
+}
+
+/// A lab name unique to this test process and `tag`.
+pub fn name(tag: &str) -> String {
+    format!("t{}{tag}", std::process::id() % 100_000)
+}
+
+/// Fails loudly (not silently passing) when the tests cannot do what they must.
+pub fn require_root() {
+    // SAFETY: no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "these tests build network namespaces and need root"
+    );
+}
+
+/// Builds a lab named after `tag` with the link described by `toml_text` (a LinkSpec).
+/// Dropping the returned lab removes it, also when the test fails.
+pub fn lab(tag: &str, toml_text: &str) -> Lab {
+    require_root();
+    let spec: LinkSpec = toml::from_str(toml_text).expect("test link spec");
+    let spec = LinkSpec::layered(&[&spec]).unwrap();
+    Lab::up(
+        &name(tag),
+        &spec,
+        &UpOptions {
+            satpep_bin: bin().into(),
+            check: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("lab up: {e}"))
+}
+
+/// Namespaces whose name starts with `prefix`.
+pub fn namespaces_with(prefix: &str) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(prefix))
+        .map(String::from)
+        .collect()
+}
+
+/// Frame rate (bit/s) of a UDP result over its steady-state intervals.
+pub fn frame_rate(r: &satpep_lab::iperf::UdpResult, len: u32) -> f64 {
+    let iv = &r.intervals;
+    let mid = if iv.len() > 2 {
+        &iv[1..iv.len() - 1]
+    } else {
+        &iv[..]
+    };
+    let (s, b) = mid.iter().fold((0.0, 0u64), |(s, b), x| (s + x.0, b + x.1));
+    b as f64 * 8.0 / s * (len + 42) as f64 / len as f64
+}
+
+/// Sequence numbers of ping replies received, from `ping -n` output.
+pub fn ping_seqs(lab: &Lab, args: &[&str]) -> (Vec<u32>, String) {
+    let out = lab
+        .command(satpep_lab::Host::Client, "ping")
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let seqs = text
+        .lines()
+        .filter_map(|l| l.split("icmp_seq=").nth(1))
+        .filter_map(|s| s.split_whitespace().next()?.parse().ok())
+        .collect();
+    (seqs, text)
+}
