@@ -5,7 +5,7 @@ use crate::iperf::tcp_download;
 use crate::progress::Progress;
 use crate::topology::{Lab, UpOptions};
 use clap::Args;
-use satpep_link::config::{LinkSpec, RateSource};
+use satpep_link::config::RateSource;
 use satpep_link::loss::per_from_ber;
 use satpep_link::units::fmt_rate;
 
@@ -65,6 +65,15 @@ pub fn tcp_limit_bps(rate_bps: f64, overhead: u32, ber: f64) -> f64 {
     rate_bps * 1448.0 / frame as f64 * (1.0 - per_from_ber(ber, frame))
 }
 
+/// A BER for tables: `0` or `1e-6`.
+pub fn fmt_ber(ber: f64) -> String {
+    if ber == 0.0 {
+        "0".into()
+    } else {
+        format!("{ber:e}")
+    }
+}
+
 fn lab_name(kind: &str) -> String {
     format!("{kind}-{}", std::process::id())
 }
@@ -90,7 +99,7 @@ fn demo(args: &RunArgs) -> Result<(), String> {
             RateSource::Fixed(r) => r,
             RateSource::Trace(ref t) => t.max(),
         };
-        let what = format!("end-to-end {cc:<5} BER {ber:<6e}");
+        let what = format!("end-to-end {cc:<5} BER {:<5}", fmt_ber(ber));
         let r = tcp_download(&lab, cc, secs, false, &mut |t| progress.tick(i, &what, t))?;
         let limit = tcp_limit_bps(rate, cfg.forward.overhead, ber);
         let row = DemoRow {
@@ -155,5 +164,18 @@ fn print_demo(rows: &[DemoRow], secs: u32) {
     );
 }
 
-/// Keeps a spec type in the public API for sweeps that build on the demo.
-pub type Spec = LinkSpec;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_limit() {
+        // 50 Mbit/s × 1448/1514 with no loss.
+        assert!((tcp_limit_bps(50e6, 0, 0.0) - 47.820e6).abs() < 1e3);
+        // BER 1e-6 on 1514-byte frames loses 1.204 %.
+        let l = tcp_limit_bps(50e6, 0, 1e-6) / tcp_limit_bps(50e6, 0, 0.0);
+        assert!((l - (1.0 - 0.01204)).abs() < 1e-4, "{l}");
+        assert_eq!(fmt_ber(0.0), "0");
+        assert_eq!(fmt_ber(1e-6), "1e-6");
+    }
+}

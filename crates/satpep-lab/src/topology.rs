@@ -373,16 +373,7 @@ impl Lab {
             run("ip", &["netns", "add", ns])?;
         }
         let [c, t, l, g, s] = Host::ALL.map(|h| self.ns(h));
-        // veth pairs are created straight into their namespaces, so names never clash.
-        ip_batch(
-            None,
-            &[
-                format!("link add to-term netns {c} type veth peer name to-client netns {t}"),
-                format!("link add to-link netns {t} address {TERMINAL_SAT_MAC} type veth peer name to-term netns {l}"),
-                format!("link add to-gw netns {l} type veth peer name to-link netns {g} address {GATEWAY_SAT_MAC}"),
-                format!("link add to-server netns {g} type veth peer name to-gw netns {s}"),
-            ],
-        )?;
+        // Before any interface exists, so new interfaces inherit the defaults (no DAD probes).
         for ns in [&c, &t, &g, &s] {
             self.sysctls(
                 ns,
@@ -418,6 +409,16 @@ impl Lab {
                 ],
             )?;
         }
+        // veth pairs are created straight into their namespaces, so names never clash.
+        ip_batch(
+            None,
+            &[
+                format!("link add to-term netns {c} type veth peer name to-client netns {t}"),
+                format!("link add to-link netns {t} address {TERMINAL_SAT_MAC} type veth peer name to-term netns {l}"),
+                format!("link add to-gw netns {l} type veth peer name to-link netns {g} address {GATEWAY_SAT_MAC}"),
+                format!("link add to-server netns {g} type veth peer name to-gw netns {s}"),
+            ],
+        )?;
         let up = |dev: &str| format!("link set {dev} up");
         ip_batch(
             Some(&c),
@@ -480,6 +481,12 @@ impl Lab {
                 "route add default via 2001:2:0:3::1".into(),
             ],
         )?;
+        // Keep the emulated link quiet: no MLD reports or router solicitations from the routers
+        // cross it, so only experiment traffic does and a seeded loss pattern is reproducible.
+        let quiet = "table inet satpep_lab {\n chain out { type filter hook output priority 0; oifname \"to-link\" icmpv6 type { mld-listener-report, mld2-listener-report, mld-listener-done, nd-router-solicit } drop; }\n}\n";
+        for host in [Host::Terminal, Host::Gateway] {
+            self.nft(host, quiet)?;
+        }
         // Frames crossing the userspace emulator must be whole, checksummed wire frames:
         // no TSO/GSO super-frames and no checksums left for hardware on the routers' side.
         for host in [Host::Terminal, Host::Gateway] {
@@ -490,6 +497,34 @@ impl Lab {
                     "-K", "to-link", "tso", "off", "gso", "off", "gro", "off", "tx", "off",
                 ],
             )?;
+        }
+        Ok(())
+    }
+
+    /// Loads an nftables ruleset into `host`.
+    fn nft(&self, host: Host, rules: &str) -> Result<(), String> {
+        use std::io::Write;
+        let mut child = self
+            .command(host, "nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run nft (run scripts/install-deps.sh): {e}"))?;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(rules.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "nft in {}: {}",
+                self.ns(host),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
         }
         Ok(())
     }
@@ -652,6 +687,36 @@ impl Drop for Lab {
             self.stop_emulator();
             if let Err(e) = teardown(&self.name) {
                 eprintln!("satpep lab: tearing down '{}': {e}", self.name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_name("geo-1_a").is_ok());
+        for bad in ["", "Geo", "a/b", "-x", "abcdefghijklmnopqrstuvwxy"] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+        assert_eq!(netns("x", Host::Gateway), "sp-x-gateway");
+        assert_eq!(Host::parse("server").unwrap(), Host::Server);
+        assert!(Host::parse("router")
+            .unwrap_err()
+            .contains("client, terminal"));
+    }
+
+    #[test]
+    fn addresses_are_benchmarking_ranges() {
+        for h in hosts("x") {
+            for a in &h.ipv4 {
+                assert!(a.starts_with("198.18.") || a.starts_with("198.19."), "{a}");
+            }
+            for a in &h.ipv6 {
+                assert!(a.starts_with("2001:2:"), "{a}");
             }
         }
     }

@@ -241,3 +241,20 @@ mod tests {
             .contains("follow"));
     }
 }
+
+#[cfg(test)]
+mod shipped_examples {
+    use super::*;
+
+    /// The example traces in docs/traces parse, so the documentation cannot drift.
+    #[test]
+    fn docs_traces_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/traces");
+        let fade = Trace::load_rate(&dir.join("rain-fade.trace")).unwrap();
+        assert!(fade.repeats());
+        assert_eq!(fade.value_at(40e9), 12e6);
+        let leo = Trace::load_delay(&dir.join("leo-handover.trace")).unwrap();
+        assert!((leo.value_at(7.5e9) - 16e6).abs() < 1.0);
+        assert!((leo.value_at(37.5e9) - 16e6).abs() < 1.0);
+    }
+}
