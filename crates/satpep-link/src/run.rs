@@ -122,11 +122,12 @@ fn pump(
                     h.saturating_record((((sent_at - p.at) / 1e3) as u64).max(1));
                 }
             }
-            let done = sent + refused;
             let bytes: usize = due[..sent]
                 .iter()
                 .map(|p| p.len - crate::socket::VNET_HDR_LEN)
                 .sum();
+            // A refused frame is lost like one the far end never heard.
+            let done = sent + refused as usize;
             stats.delivered.fetch_add(sent as u64, Relaxed);
             stats.delivered_bytes.fetch_add(bytes as u64, Relaxed);
             stats.tx_errors.fetch_add(refused as u64, Relaxed);
@@ -135,12 +136,15 @@ fn pump(
             for p in rest.by_ref().take(done) {
                 pool.push(p.buf);
             }
-            // Would block: keep the rest in order and retry shortly.
+            // The rest keep their order: retried at once after a refusal, shortly if the
+            // socket would block.
+            let mut left = false;
             for p in rest {
                 heap.push(Reverse(p));
-                blocked = true;
+                left = true;
             }
-            if blocked {
+            if left && !refused {
+                blocked = true;
                 break;
             }
             now = elapsed();
@@ -154,7 +158,7 @@ fn pump(
             Some(p) => (p.0.at - elapsed()).clamp(MIN_SLEEP_NS, 50e6),
             None => 50e6,
         };
-        if wait_ns > 0.0 {
+        {
             let ts = libc::timespec {
                 tv_sec: (wait_ns / 1e9) as libc::time_t,
                 tv_nsec: (wait_ns % 1e9) as libc::c_long,

@@ -239,9 +239,10 @@ impl PacketSocket {
         Ok(r as usize)
     }
 
-    /// Writes frames (each including its virtio-net header). Returns how many were written
-    /// and how many were refused; stops early (returning fewer) if the socket would block.
-    pub fn send_batch(&self, frames: &[&[u8]]) -> (usize, usize) {
+    /// Writes frames (each including its virtio-net header) in order. Returns how many were
+    /// written and whether the next one was refused (e.g. the interface is down). The frames
+    /// after those were not touched: the socket would block, or they follow a refused one.
+    pub fn send_batch(&self, frames: &[&[u8]]) -> (usize, bool) {
         let n = frames.len().min(BATCH);
         let mut iov: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
@@ -253,15 +254,14 @@ impl PacketSocket {
             msgs[i].msg_hdr.msg_iov = &mut iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
         }
-        let (mut sent, mut refused) = (0, 0);
-        while sent + refused < n {
-            let off = sent + refused;
+        let mut sent = 0;
+        while sent < n {
             // SAFETY: as above; the kernel only reads the buffers.
             let r = unsafe {
                 libc::sendmmsg(
                     self.raw_fd(),
-                    msgs[off..].as_mut_ptr(),
-                    (n - off) as u32,
+                    msgs[sent..].as_mut_ptr(),
+                    (n - sent) as u32,
                     libc::MSG_DONTWAIT,
                 )
             };
@@ -270,13 +270,9 @@ impl PacketSocket {
                 continue;
             }
             let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
-                break;
-            }
-            // The first remaining frame was refused (e.g. interface down); skip it.
-            refused += 1;
+            return (sent, e.kind() != io::ErrorKind::WouldBlock);
         }
-        (sent, refused)
+        (sent, false)
     }
 
     /// Frames the kernel dropped for this socket since the last call.

@@ -279,3 +279,44 @@ fn tcp_survives_checksum_offload_on_the_routers() {
     let r = tcp_download(&lab, "cubic", 2, false, &mut noop).unwrap();
     assert!(r.goodput_bps > 20e6, "{r:?}");
 }
+
+#[test]
+fn a_downed_interface_counts_tx_errors_and_forwarding_resumes() {
+    let lab = lab("flap", "[both]\nrate='10Mbit'\ndelay='5ms'\n");
+    let ip = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &lab.ns(satpep_lab::Host::Terminal)])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ping_from_server = |n: &str| {
+        lab.command(satpep_lab::Host::Server, "ping")
+            .args(["-c", n, "-i", "0.1", "-W", "1", "-q", "198.18.1.2"])
+            .output()
+            .unwrap()
+    };
+    // Forward frames now meet an interface whose peer is down: refused, counted, not stuck.
+    ip(&["link", "set", "to-link", "down"]);
+    ping_from_server("5");
+    let s = lab.link_stats().unwrap().forward;
+    assert_eq!((s.tx_errors, s.delivered), (5, 0), "{s:?}");
+    ip(&["link", "set", "to-link", "up"]);
+    // Taking the interface down removed the terminal's default route; put it back.
+
+    ip(&["route", "replace", "default", "via", "198.18.2.2"]);
+    let out = ping_from_server("3");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("3 received"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let s = lab.link_stats().unwrap().forward;
+    // The 3 replies, plus an ARP reply: link-down also flushed the static neighbour entry.
+    assert!(s.tx_errors == 5 && s.delivered >= 3, "{s:?}");
+}
