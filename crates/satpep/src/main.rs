@@ -3,6 +3,7 @@
 
 mod lab_cmd;
 mod link_cmd;
+mod proxy_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,8 @@ enum Cmd {
     Link(Box<link_cmd::LinkCmd>),
     /// Build testbeds of network namespaces and run experiments on them.
     Lab(lab_cmd::LabCmd),
+    /// Split TCP connections crossing this host (transparent PEP).
+    Proxy(proxy_cmd::ProxyCmd),
 }
 
 fn main() {
@@ -34,6 +37,7 @@ fn main() {
     let r = match cli.cmd {
         Cmd::Link(c) => link_cmd::main(*c),
         Cmd::Lab(c) => lab_cmd::main(c),
+        Cmd::Proxy(c) => proxy_cmd::main(c),
     };
     if let Err(e) = r {
         eprintln!("satpep: error: {e}");

@@ -1,0 +1,310 @@
+//! `satpep proxy` configuration: one TOML file. Every key has a default that works on a box
+//! with a client-facing and a satellite-facing interface; every bad value is rejected with a
+//! message naming its key.
+
+use ipnet::IpNet;
+use satpep_link::units::{parse_duration_ns, parse_rate, parse_size};
+use serde::Deserialize;
+
+/// The file as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyFile {
+    /// Which connections to split.
+    #[serde(default)]
+    pub intercept: InterceptFile,
+    /// Listener, marks and limits.
+    #[serde(default)]
+    pub proxy: ProxySection,
+    /// The leg facing the satellite.
+    #[serde(default)]
+    pub satellite: LegFile,
+    /// The leg facing the terrestrial network.
+    #[serde(default)]
+    pub terrestrial: LegFile,
+}
+
+/// Selection rules, firewall style.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterceptFile {
+    /// Ingress interfaces whose TCP connections are split (empty: every interface).
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    /// Client prefixes (empty: any).
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// Server prefixes (empty: any).
+    #[serde(default)]
+    pub destinations: Vec<String>,
+    /// Server ports (empty: any).
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// Client prefixes never split.
+    #[serde(default)]
+    pub exclude_sources: Vec<String>,
+    /// Server prefixes never split.
+    #[serde(default)]
+    pub exclude_destinations: Vec<String>,
+    /// Server ports never split.
+    #[serde(default)]
+    pub exclude_ports: Vec<u16>,
+}
+
+/// The `[proxy]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxySection {
+    /// TPROXY listener port (IPv4 and IPv6).
+    pub port: u16,
+    /// Firewall mark for intercepted packets.
+    pub mark: u32,
+    /// Routing table that delivers marked packets locally.
+    pub table: u32,
+    /// Which side of the proxy the satellite is on: "upstream" (the proxy sits at the
+    /// terminal; servers are across the satellite) or "downstream" (at the gateway).
+    pub satellite_side: String,
+    /// Relay buffer per direction per connection.
+    pub buffer: String,
+}
+
+impl Default for ProxySection {
+    fn default() -> Self {
+        ProxySection {
+            port: 7700,
+            mark: 0x5350,
+            table: 0x5350,
+            satellite_side: "upstream".into(),
+            buffer: "256KiB".into(),
+        }
+    }
+}
+
+/// Per-leg TCP tuning as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LegFile {
+    /// Congestion control (kernel name, e.g. cubic, bbr).
+    pub congestion: Option<String>,
+    /// Link rate of this leg, used with `rtt` to size socket buffers.
+    pub rate: Option<String>,
+    /// Round-trip time of this leg.
+    pub rtt: Option<String>,
+    /// Explicit socket buffer size (overrides rate × rtt).
+    pub buffer: Option<String>,
+    /// Disable Nagle.
+    pub nodelay: Option<bool>,
+    /// TCP_NOTSENT_LOWAT: unsent bytes kept in the socket at most.
+    pub notsent_lowat: Option<String>,
+}
+
+/// One leg's resolved tuning.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Leg {
+    /// Congestion control name.
+    pub congestion: Option<String>,
+    /// SO_SNDBUF/SO_RCVBUF bytes.
+    pub buffer: Option<usize>,
+    /// TCP_NODELAY.
+    pub nodelay: bool,
+    /// TCP_NOTSENT_LOWAT bytes.
+    pub notsent_lowat: Option<u32>,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyConfig {
+    /// Ingress interfaces (empty: all).
+    pub interfaces: Vec<String>,
+    /// Client prefixes (empty: any).
+    pub sources: Vec<IpNet>,
+    /// Server prefixes (empty: any).
+    pub destinations: Vec<IpNet>,
+    /// Server ports (empty: any).
+    pub ports: Vec<u16>,
+    /// Excluded client prefixes.
+    pub exclude_sources: Vec<IpNet>,
+    /// Excluded server prefixes.
+    pub exclude_destinations: Vec<IpNet>,
+    /// Excluded server ports.
+    pub exclude_ports: Vec<u16>,
+    /// Listener port.
+    pub port: u16,
+    /// Firewall mark.
+    pub mark: u32,
+    /// Routing table.
+    pub table: u32,
+    /// True when the satellite is on the upstream (server) side.
+    pub satellite_upstream: bool,
+    /// Relay buffer bytes per direction.
+    pub buffer: usize,
+    /// Satellite leg.
+    pub satellite: Leg,
+    /// Terrestrial leg.
+    pub terrestrial: Leg,
+}
+
+fn nets(key: &str, v: &[String]) -> Result<Vec<IpNet>, String> {
+    v.iter()
+        .map(|s| {
+            s.parse::<IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map(|n| n.trunc())
+                .map_err(|_| format!("{key}: '{s}' is not an IP prefix (e.g. 198.18.1.0/24)"))
+        })
+        .collect()
+}
+
+fn ifname_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 16
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+}
+
+impl LegFile {
+    fn resolve(&self, section: &str) -> Result<Leg, String> {
+        let key = |k: &str| format!("{section}.{k}");
+        if let Some(cc) = &self.congestion {
+            if cc.is_empty() || cc.len() > 15 || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(format!("{}: '{cc}' is not a congestion control name", key("congestion")));
+            }
+        }
+        let buffer = match (&self.buffer, &self.rate, &self.rtt) {
+            (Some(b), _, _) => Some(parse_size(b).map_err(|e| format!("{}: {e}", key("buffer")))?),
+            (None, Some(r), Some(t)) => {
+                let r = parse_rate(r).map_err(|e| format!("{}: {e}", key("rate")))?;
+                let t = parse_duration_ns(t).map_err(|e| format!("{}: {e}", key("rtt")))?;
+                // Twice the bandwidth-delay product: the kernel keeps part of each buffer
+                // for overhead, and loss recovery needs room beyond one window.
+                Some((2.0 * r * t as f64 / 8e9).ceil() as u64)
+            }
+            (None, Some(_), None) | (None, None, Some(_)) => {
+                return Err(format!(
+                    "{}: give both rate and rtt to size buffers, or buffer",
+                    key("rate")
+                ))
+            }
+            (None, None, None) => None,
+        };
+        if let Some(b) = buffer {
+            if !(4096..=1 << 30).contains(&b) {
+                return Err(format!("{}: {b} bytes is outside 4 KiB … 1 GiB", key("buffer")));
+            }
+        }
+        let notsent_lowat = match &self.notsent_lowat {
+            Some(s) => Some(
+                u32::try_from(parse_size(s).map_err(|e| format!("{}: {e}", key("notsent_lowat")))?)
+                    .map_err(|_| format!("{}: too large", key("notsent_lowat")))?,
+            ),
+            None => None,
+        };
+        Ok(Leg {
+            congestion: self.congestion.clone(),
+            buffer: buffer.map(|b| b as usize),
+            nodelay: self.nodelay.unwrap_or(false),
+            notsent_lowat,
+        })
+    }
+}
+
+impl ProxyFile {
+    /// Parses TOML text; errors name the key.
+    pub fn parse(text: &str) -> Result<ProxyFile, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Validates everything.
+    pub fn resolve(&self) -> Result<ProxyConfig, String> {
+        let i = &self.intercept;
+        if let Some(bad) = i.interfaces.iter().find(|s| !ifname_ok(s)) {
+            return Err(format!("intercept.interfaces: '{bad}' is not an interface name"));
+        }
+        let p = &self.proxy;
+        if p.port == 0 {
+            return Err("proxy.port: 0 is not a port".into());
+        }
+        if p.mark == 0 {
+            return Err("proxy.mark: must not be 0 (unmarked packets have mark 0)".into());
+        }
+        if p.table == 0 || p.table == 253 || p.table == 254 || p.table == 255 {
+            return Err(format!(
+                "proxy.table: {} is reserved (0, default 253, main 254, local 255)",
+                p.table
+            ));
+        }
+        let satellite_upstream = match p.satellite_side.as_str() {
+            "upstream" => true,
+            "downstream" => false,
+            other => {
+                return Err(format!(
+                    "proxy.satellite_side: '{other}' (use \"upstream\" at a terminal, \"downstream\" at a gateway)"
+                ))
+            }
+        };
+        let buffer = parse_size(&p.buffer).map_err(|e| format!("proxy.buffer: {e}"))?;
+        if !(4096..=16 << 20).contains(&buffer) {
+            return Err(format!("proxy.buffer: {buffer} bytes is outside 4 KiB … 16 MiB"));
+        }
+        Ok(ProxyConfig {
+            interfaces: i.interfaces.clone(),
+            sources: nets("intercept.sources", &i.sources)?,
+            destinations: nets("intercept.destinations", &i.destinations)?,
+            ports: i.ports.clone(),
+            exclude_sources: nets("intercept.exclude_sources", &i.exclude_sources)?,
+            exclude_destinations: nets("intercept.exclude_destinations", &i.exclude_destinations)?,
+            exclude_ports: i.exclude_ports.clone(),
+            port: p.port,
+            mark: p.mark,
+            table: p.table,
+            satellite_upstream,
+            buffer: buffer as usize,
+            satellite: self.satellite.resolve("satellite")?,
+            terrestrial: self.terrestrial.resolve("terrestrial")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(t: &str) -> Result<ProxyConfig, String> {
+        ProxyFile::parse(t)?.resolve()
+    }
+
+    #[test]
+    fn defaults_work() {
+        let c = cfg("").unwrap();
+        assert_eq!((c.port, c.mark, c.table), (7700, 0x5350, 0x5350));
+        assert!(c.satellite_upstream && c.interfaces.is_empty());
+        assert_eq!(c.buffer, 256 * 1024);
+    }
+
+    #[test]
+    fn buffers_from_rate_and_rtt() {
+        let c = cfg("[satellite]\nrate='50Mbit'\nrtt='600ms'\ncongestion='bbr'\n").unwrap();
+        assert_eq!(c.satellite.buffer, Some(7_500_000));
+        assert_eq!(c.satellite.congestion.as_deref(), Some("bbr"));
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (t, key) in [
+            ("[proxy]\nport=0", "proxy.port"),
+            ("[proxy]\nmark=0", "proxy.mark"),
+            ("[proxy]\ntable=254", "proxy.table"),
+            ("[proxy]\nsatellite_side='left'", "proxy.satellite_side"),
+            ("[proxy]\nbuffer='1B'", "proxy.buffer"),
+            ("[intercept]\nsources=['10.0.0.0/33']", "intercept.sources"),
+            ("[intercept]\ninterfaces=['a b']", "intercept.interfaces"),
+            ("[satellite]\nrate='5Mbit'", "satellite.rate"),
+            ("[terrestrial]\ncongestion='no such'", "terrestrial.congestion"),
+            ("[satellite]\nbuffer='2GiB'", "satellite.buffer"),
+            ("[proxy]\nport='x'", "port"),
+            ("[proxy]\nprot=1", "prot"),
+        ] {
+            let e = cfg(t).unwrap_err();
+            assert!(e.contains(key), "{t}: {e}");
+        }
+    }
+}

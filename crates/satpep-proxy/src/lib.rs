@@ -1,0 +1,8 @@
+//! satpep's transparent split-TCP proxy (RFC 3135): TPROXY interception, a transparent
+//! upstream leg, and a relay that keeps half-close and reset semantics. See `docs/proxy.md`.
+
+pub mod config;
+pub mod netfilter;
+pub mod relay;
+pub mod server;
+pub mod sockets;

@@ -1,0 +1,106 @@
+//! Moving bytes between the two legs of one split connection.
+//!
+//! Each direction is relayed on its own: end of stream on one side becomes a FIN on the other
+//! once every byte read has been written (half-closed connections keep flowing the other
+//! way); a reset on one side becomes a reset on the other. Each direction holds at most one
+//! buffer of data: the next read waits for the write, so when the downstream side is slow the
+//! excess stays in the upstream socket's receive buffer and its advertised window shrinks
+//! (Bharadwaj's improved back-pressure, 001 §4.3).
+
+use crate::sockets::reset_on_close;
+use socket2::SockRef;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+/// How one direction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// End of stream, relayed as FIN.
+    Fin,
+    /// The reading side was reset (or failed).
+    ResetIn,
+    /// The writing side was reset (or failed).
+    ResetOut,
+}
+
+/// Bytes relayed each way and how the connection ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Relayed {
+    /// Client → server bytes.
+    pub up: u64,
+    /// Server → client bytes.
+    pub down: u64,
+    /// How the client → server direction ended.
+    pub up_end: End,
+    /// How the server → client direction ended.
+    pub down_end: End,
+}
+
+/// Copies one direction; returns how it ended and the bytes written.
+async fn pipe(mut r: OwnedReadHalf, mut w: OwnedWriteHalf, buf_len: usize) -> (End, u64) {
+    let mut buf = vec![0u8; buf_len];
+    let mut count = 0u64;
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => return (End::ResetIn, count),
+        };
+        if w.write_all(&buf[..n]).await.is_err() {
+            return (End::ResetOut, count);
+        }
+        count += n as u64;
+    }
+    // Every byte read has been handed to the kernel; now the FIN.
+    match w.shutdown().await {
+        Ok(()) => (End::Fin, count),
+        Err(_) => (End::ResetOut, count),
+    }
+}
+
+/// Relays between `client` and `server` until both directions have ended.
+pub async fn relay(client: TcpStream, server: TcpStream, buf_len: usize) -> Relayed {
+    // Kept to reset the sockets if a direction fails.
+    let c_ref = client.as_raw_fd_dup();
+    let s_ref = server.as_raw_fd_dup();
+    let (cr, cw) = client.into_split();
+    let (sr, sw) = server.into_split();
+    let a = pipe(cr, sw, buf_len);
+    let b = pipe(sr, cw, buf_len);
+    tokio::pin!(a, b);
+    let (mut up_end, mut down_end): (Option<(End, u64)>, Option<(End, u64)>) = (None, None);
+    while up_end.is_none() || down_end.is_none() {
+        tokio::select! {
+            e = &mut a, if up_end.is_none() => up_end = Some(e),
+            e = &mut b, if down_end.is_none() => down_end = Some(e),
+        }
+        let reset = |e: &Option<(End, u64)>| matches!(e, Some((End::ResetIn | End::ResetOut, _)));
+        if reset(&up_end) || reset(&down_end) {
+            // One side is gone: the other gets a reset, not a FIN, so it cannot mistake a
+            // truncated stream for a complete one.
+            reset_on_close(SockRef::from(&c_ref));
+            reset_on_close(SockRef::from(&s_ref));
+            break;
+        }
+    }
+    // A direction still running when the other was reset was cut off.
+    let (up_end, up) = up_end.unwrap_or((End::ResetOut, 0));
+    let (down_end, down) = down_end.unwrap_or((End::ResetOut, 0));
+    Relayed {
+        up,
+        down,
+        up_end,
+        down_end,
+    }
+}
+
+trait DupFd {
+    fn as_raw_fd_dup(&self) -> std::os::fd::OwnedFd;
+}
+impl DupFd for TcpStream {
+    fn as_raw_fd_dup(&self) -> std::os::fd::OwnedFd {
+        use std::os::fd::AsFd;
+        self.as_fd().try_clone_to_owned().expect("dup")
+    }
+}

@@ -1,0 +1,123 @@
+//! The proxy's main loop: listen, install interception, accept and split connections, and
+//! remove interception on exit.
+
+use crate::config::ProxyConfig;
+use crate::netfilter;
+use crate::relay::{relay, End};
+use crate::sockets::{canonical, listener, reset_on_close, tune, upstream};
+use socket2::SockRef;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// How long an upstream connection attempt may take before the client is reset.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Counters of a running proxy.
+#[derive(Default, Debug)]
+pub struct Counters {
+    /// Connections being relayed.
+    pub active: AtomicU64,
+    /// Connections accepted.
+    pub total: AtomicU64,
+    /// Connections whose server could not be reached.
+    pub failed: AtomicU64,
+    /// Client → server bytes relayed.
+    pub bytes_up: AtomicU64,
+    /// Server → client bytes relayed.
+    pub bytes_down: AtomicU64,
+}
+
+/// Runs the proxy until `shutdown` completes. Interception is removed on every exit path.
+pub async fn run(
+    cfg: ProxyConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<Arc<Counters>, String> {
+    let (down_leg, up_leg) = if cfg.satellite_upstream {
+        (cfg.terrestrial.clone(), cfg.satellite.clone())
+    } else {
+        (cfg.satellite.clone(), cfg.terrestrial.clone())
+    };
+    // Check the congestion controls before intercepting anything.
+    for leg in [&down_leg, &up_leg] {
+        let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .map_err(|e| e.to_string())?;
+        tune(SockRef::from(&probe), leg).map_err(|e| e.to_string())?;
+    }
+    let std_listener = listener(cfg.port, &down_leg).map_err(|e| {
+        format!("cannot listen on port {} (IP_TRANSPARENT needs root): {e}", cfg.port)
+    })?;
+    let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
+    netfilter::install(&cfg)?;
+    info!(port = cfg.port, mark = cfg.mark, table = cfg.table, "intercepting");
+    let counters = Arc::new(Counters::default());
+    let cfg = Arc::new(cfg);
+    let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok((client, peer)) => {
+                    let (cfg, c, dl, ul) = (cfg.clone(), counters.clone(), down_leg.clone(), up_leg.clone());
+                    tokio::spawn(async move { handle(client, peer, cfg, c, dl, ul).await });
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    netfilter::cleanup(cfg.mark, cfg.table);
+    info!("interception removed");
+    Ok(counters)
+}
+
+async fn handle(
+    client: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    cfg: Arc<ProxyConfig>,
+    c: Arc<Counters>,
+    down_leg: Arc<crate::config::Leg>,
+    up_leg: Arc<crate::config::Leg>,
+) {
+    c.total.fetch_add(1, Relaxed);
+    let src = canonical(peer);
+    // With TPROXY the accepted socket's local address is the server the client asked for.
+    let dst = match client.local_addr() {
+        Ok(a) => canonical(a),
+        Err(_) => return,
+    };
+    if let Err(e) = tune(SockRef::from(&client), &down_leg) {
+        warn!(%src, %dst, error = %e, "tuning the downstream leg failed");
+    }
+    let connect = async {
+        let sock = upstream(src, &up_leg)?;
+        sock.connect(dst).await
+    };
+    let server = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            c.failed.fetch_add(1, Relaxed);
+            info!(%src, %dst, error = %e, "server unreachable; resetting client");
+            reset_on_close(SockRef::from(&client));
+            return;
+        }
+        Err(_) => {
+            c.failed.fetch_add(1, Relaxed);
+            info!(%src, %dst, "server did not answer; resetting client");
+            reset_on_close(SockRef::from(&client));
+            return;
+        }
+    };
+    c.active.fetch_add(1, Relaxed);
+    info!(%src, %dst, "split");
+    let r = relay(client, server, cfg.buffer).await;
+    c.active.fetch_sub(1, Relaxed);
+    c.bytes_up.fetch_add(r.up, Relaxed);
+    c.bytes_down.fetch_add(r.down, Relaxed);
+    let clean = r.up_end == End::Fin && r.down_end == End::Fin;
+    info!(%src, %dst, up = r.up, down = r.down, clean, "closed");
+}

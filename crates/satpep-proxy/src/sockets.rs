@@ -1,0 +1,116 @@
+//! Sockets with the options a transparent proxy needs, and per-leg TCP tuning.
+
+use crate::config::Leg;
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+fn setopt_int(fd: i32, level: i32, opt: i32, v: i32) -> io::Result<()> {
+    // SAFETY: pointer to a live c_int with its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            &v as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Lets a socket accept connections for, or bind to, addresses that are not local
+/// (IP_TRANSPARENT / IPV6_TRANSPARENT). Needs CAP_NET_ADMIN.
+fn set_transparent(s: &Socket, v6: bool) -> io::Result<()> {
+    let fd = s.as_raw_fd();
+    if v6 {
+        setopt_int(fd, libc::SOL_IPV6, libc::IPV6_TRANSPARENT, 1)?;
+    }
+    // Also on IPv6 sockets: IPv4 connections reach a dual-stack listener as mapped addresses.
+    setopt_int(fd, libc::SOL_IP, libc::IP_TRANSPARENT, 1).or_else(|e| if v6 { Ok(()) } else { Err(e) })
+}
+
+/// Applies a leg's tuning to a socket. An unknown congestion control is an error naming it.
+pub fn tune(s: SockRef<'_>, leg: &Leg) -> io::Result<()> {
+    let fd = s.as_raw_fd();
+    if let Some(cc) = &leg.congestion {
+        // SAFETY: the name is passed with its length.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                cc.as_ptr() as *const libc::c_void,
+                cc.len() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("congestion control '{cc}' is not available: {e}"),
+            ));
+        }
+    }
+    if let Some(b) = leg.buffer {
+        let b = b.min(i32::MAX as usize) as i32;
+        // FORCE lifts net.core.{r,w}mem_max, which would otherwise cap a GEO-sized buffer.
+        setopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, b)
+            .or_else(|_| setopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, b))?;
+        setopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, b)
+            .or_else(|_| setopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, b))?;
+    }
+    if leg.nodelay {
+        s.set_nodelay(true)?;
+    }
+    if let Some(l) = leg.notsent_lowat {
+        setopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, l as i32)?;
+    }
+    Ok(())
+}
+
+/// A dual-stack transparent listener on `[::]:port`; accepted sockets inherit `leg`'s buffers.
+pub fn listener(port: u16, leg: &Leg) -> io::Result<std::net::TcpListener> {
+    let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    s.set_only_v6(false)?;
+    s.set_reuse_address(true)?;
+    set_transparent(&s, true)?;
+    // Buffers set on the listener are inherited and size the window scale at the handshake.
+    tune(SockRef::from(&s), &Leg { congestion: None, nodelay: false, notsent_lowat: None, ..leg.clone() })?;
+    s.bind(&SocketAddr::from(([0u16; 8], port)).into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// An unconnected socket bound to the client's address (so the server sees the client),
+/// tuned for `leg`.
+pub fn upstream(client: SocketAddr, leg: &Leg) -> io::Result<tokio::net::TcpSocket> {
+    let v6 = client.is_ipv6();
+    let s = Socket::new(
+        if v6 { Domain::IPV6 } else { Domain::IPV4 },
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    set_transparent(&s, v6)?;
+    s.set_reuse_address(true)?;
+    tune(SockRef::from(&s), leg)?;
+    s.bind(&client.into())?;
+    s.set_nonblocking(true)?;
+    Ok(tokio::net::TcpSocket::from_std_stream(s.into()))
+}
+
+/// Maps `::ffff:a.b.c.d` to `a.b.c.d` (a dual-stack listener reports IPv4 peers that way).
+pub fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+/// Makes the next close of `s` send RST instead of FIN.
+pub fn reset_on_close(s: SockRef<'_>) {
+    let _ = s.set_linger(Some(std::time::Duration::ZERO));
+}

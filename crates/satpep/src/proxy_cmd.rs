@@ -1,0 +1,88 @@
+//! `satpep proxy`: run the transparent split-TCP proxy.
+
+use clap::Args;
+use satpep_proxy::config::ProxyFile;
+use std::path::PathBuf;
+
+/// Split TCP connections crossing this host (transparent PEP).
+#[derive(Args, Debug)]
+#[command(long_about = "Split TCP connections crossing this host (RFC 3135 split-TCP PEP).
+
+Installs an nftables table (inet satpep) that diverts selected TCP connections to a \
+transparent listener with TPROXY, plus a fwmark policy rule and local route per address family. \
+Each connection is answered locally and a second connection is opened to the real server from \
+the client's own address (IP_TRANSPARENT), so neither end is changed and the server sees the \
+client. Each leg gets its own congestion control and buffers from the config. Everything \
+installed is removed on exit, and first thing at the next start after a crash \
+(or with --cleanup).
+
+Until the SYN-holding mode lands, a refused or unreachable server shows to the client as a \
+connection that is accepted and then reset.
+
+Example: satpep proxy --config /etc/satpep/proxy.toml    (see docs/proxy.md)")]
+pub struct ProxyCmd {
+    /// Configuration file (TOML; every key optional).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Validate the configuration, print the nftables rules it would install, and exit.
+    #[arg(long)]
+    check: bool,
+    /// Remove anything a previous run left installed, and exit.
+    #[arg(long)]
+    cleanup: bool,
+}
+
+pub fn main(cmd: ProxyCmd) -> Result<(), String> {
+    let text = match &cmd.config {
+        Some(p) => {
+            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?
+        }
+        None => String::new(),
+    };
+    let name = cmd
+        .config
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "defaults".into());
+    let cfg = ProxyFile::parse(&text)
+        .and_then(|f| f.resolve())
+        .map_err(|e| format!("{name}: {e}"))?;
+    if cmd.check {
+        print!("{}", satpep_proxy::netfilter::ruleset(&cfg));
+        return Ok(());
+    }
+    if cmd.cleanup {
+        let found = satpep_proxy::netfilter::cleanup(cfg.mark, cfg.table);
+        if found.is_empty() {
+            eprintln!("nothing to clean up");
+        }
+        for f in found {
+            eprintln!("removed {f}");
+        }
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+        };
+        satpep_proxy::server::run(cfg, shutdown).await.map(|_| ())
+    })
+}
