@@ -1,9 +1,10 @@
-//! `satpep lab run`: the named experiments. `demo` is the README's main job: end-to-end TCP
-//! (cubic and bbr) over the `geo` link, loss-free and at BER 1e-6, in one table.
+//! `satpep lab run`: the named experiments. `demo` is the README's main job: TCP downloads
+//! with cubic and bbr, end-to-end and split by satpep, over the `geo` link, loss-free and at
+//! BER 1e-6, in one table.
 
 use crate::iperf::tcp_download;
 use crate::progress::Progress;
-use crate::topology::{Lab, UpOptions};
+use crate::topology::{Lab, Pep, UpOptions};
 use clap::Args;
 use satpep_link::config::RateSource;
 use satpep_link::loss::per_from_ber;
@@ -12,10 +13,10 @@ use satpep_link::units::fmt_rate;
 /// Arguments of `satpep lab run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Experiment: `demo` (end-to-end cubic and bbr over geo, ~2 min) or `link-accuracy`
+    /// Experiment: `demo` (cubic and bbr, end-to-end and split, over geo, ~3 min) or `link-accuracy`
     /// (the emulator's accuracy and CPU benchmark).
     pub experiment: String,
-    /// Seconds per transfer [default: demo 20, link-accuracy 10].
+    /// Seconds per transfer [default: demo 15, link-accuracy 10].
     #[arg(long, value_name = "S")]
     pub duration: Option<u32>,
     /// Shorter, smaller version (fewer cells, shorter transfers).
@@ -42,7 +43,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
 /// One row of the demo table.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DemoRow {
-    /// Where congestion control runs ("end-to-end" until the proxy lands).
+    /// "end-to-end" or "split".
     pub mode: String,
     /// Sender's congestion control.
     pub cc: String,
@@ -79,31 +80,46 @@ fn lab_name(kind: &str) -> String {
 }
 
 fn demo(args: &RunArgs) -> Result<(), String> {
-    let secs = args.duration.unwrap_or(if args.quick { 10 } else { 20 });
-    let bers = [0.0, 1e-6];
-    let ccs = ["cubic", "bbr"];
-    let cells: Vec<(f64, &str)> = bers
-        .iter()
-        .flat_map(|&b| ccs.iter().map(move |&c| (b, c)))
-        .collect();
-    let progress = Progress::new(cells.len(), secs as f64 + 2.0, false);
+    let secs = args.duration.unwrap_or(if args.quick { 8 } else { 15 });
+    let mut cells = Vec::new();
+    for ber in [0.0, 1e-6] {
+        for mode in ["end-to-end", "split"] {
+            for cc in ["cubic", "bbr"] {
+                cells.push((ber, mode, cc));
+            }
+        }
+    }
+    let progress = Progress::new(cells.len(), secs as f64 + 3.0, false);
     let base = satpep_link::presets::spec("geo")?;
     let mut lab = Lab::up(&lab_name("demo"), &base, &UpOptions::default())?;
     let mut rows = Vec::new();
-    for (i, &(ber, cc)) in cells.iter().enumerate() {
+    let mut current_ber = None;
+    for (i, &(ber, mode, cc)) in cells.iter().enumerate() {
         let mut spec = base.clone();
         spec.forward.ber = Some(ber);
-        lab.start_emulator(&spec)?;
+        if current_ber != Some(ber) {
+            lab.start_emulator(&spec)?;
+            current_ber = Some(ber);
+        }
+        lab.stop_proxies();
+        if mode == "split" {
+            lab.start_proxies(
+                &spec,
+                &Pep {
+                    cc: Some(cc.into()),
+                },
+            )?;
+        }
         let cfg = spec.resolve()?;
         let rate = match cfg.forward.rate {
             RateSource::Fixed(r) => r,
             RateSource::Trace(ref t) => t.max(),
         };
-        let what = format!("end-to-end {cc:<5} BER {:<5}", fmt_ber(ber));
+        let what = format!("{mode:<10} {cc:<5} BER {:<5}", fmt_ber(ber));
         let r = tcp_download(&lab, cc, secs, false, &mut |t| progress.tick(i, &what, t))?;
         let limit = tcp_limit_bps(rate, cfg.forward.overhead, ber);
         let row = DemoRow {
-            mode: "end-to-end".into(),
+            mode: mode.into(),
             cc: cc.into(),
             ber,
             goodput_bps: r.goodput_bps,
@@ -137,7 +153,7 @@ fn print_demo(rows: &[DemoRow], secs: u32) {
     );
     println!(
         "| {:<10} | {:<5} | {:>6} | {:>14} | {:>11} | {:>7} | {:>8} |",
-        "mode", "cc", "BER", "goodput", "% of limit", "retrans", "RTT ms"
+        "mode", "cc", "BER", "goodput", "% of limit", "retrans", "srv RTT"
     );
     println!(
         "|{:-<12}|{:-<7}|{:->8}|{:->16}|{:->13}|{:->9}|{:->10}|",
@@ -161,6 +177,10 @@ fn print_demo(rows: &[DemoRow], secs: u32) {
     }
     println!(
         "\n% of limit: goodput / (rate × 1448/1514 × (1 − PER)), the most TCP can carry on this link."
+    );
+    println!("split: satpep proxy on terminal and gateway, the named cc on the satellite leg; retrans and");
+    println!(
+        "srv RTT are the server's (end-to-end: across the satellite; split: to the gateway PEP)."
     );
 }
 

@@ -1,6 +1,6 @@
 //! Real traffic across a lab: iperf3 (TCP and UDP) and ping, with their outputs parsed.
 
-use crate::topology::{Host, Lab, CLIENT_V4, CLIENT_V6};
+use crate::topology::{Host, Lab, CLIENT_V4, SERVER_V4, SERVER_V6};
 use serde_json::Value;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -124,8 +124,8 @@ fn client(
     }
 }
 
-/// A TCP bulk transfer from the server host to the client host (the forward direction) for
-/// `secs` seconds with congestion control `cc` on the sender.
+/// A TCP bulk download: the client connects to the server (so a PEP can intercept it) and
+/// the server sends for `secs` seconds (iperf3 -R) with congestion control `cc`.
 pub fn tcp_download(
     lab: &Lab,
     cc: &str,
@@ -133,21 +133,33 @@ pub fn tcp_download(
     ipv6: bool,
     tick: &mut dyn FnMut(f64),
 ) -> Result<TcpResult, String> {
-    let _server = Server::start(lab, Host::Client, 5201)?;
-    let dst = if ipv6 { CLIENT_V6 } else { CLIENT_V4 };
-    let args: Vec<String> = ["-c", dst, "-p", "5201", "-t", &secs.to_string(), "-C", cc]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let v = client(lab, Host::Server, &args, tick)?;
+    let server = Server::start(lab, Host::Server, 5201)?;
+    let dst = if ipv6 { SERVER_V6 } else { SERVER_V4 };
+    let args: Vec<String> = [
+        "-c",
+        dst,
+        "-p",
+        "5201",
+        "-R",
+        "-t",
+        &secs.to_string(),
+        "-C",
+        cc,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let v = client(lab, Host::Client, &args, tick)?;
+    // The sender's view (retransmissions, RTT) is in the server's own report.
+    let s = server.output().unwrap_or(Value::Null);
     let end = &v["end"];
     Ok(TcpResult {
         goodput_bps: end["sum_received"]["bits_per_second"]
             .as_f64()
             .unwrap_or(0.0),
         bytes: end["sum_received"]["bytes"].as_u64().unwrap_or(0),
-        retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
-        mean_rtt_ms: end["streams"][0]["sender"]["mean_rtt"]
+        retransmits: s["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
+        mean_rtt_ms: s["end"]["streams"][0]["sender"]["mean_rtt"]
             .as_f64()
             .unwrap_or(0.0)
             / 1000.0,

@@ -101,6 +101,9 @@ pub struct LabState {
     pub namespaces: Vec<String>,
     /// PID of the emulator process, once started.
     pub emulator_pid: Option<u32>,
+    /// PIDs of proxy processes (terminal, gateway), once started.
+    #[serde(default)]
+    pub proxy_pids: Vec<u32>,
     /// Hosts and addresses.
     pub hosts: Vec<HostInfo>,
 }
@@ -163,6 +166,15 @@ pub struct UpOptions {
     pub satpep_bin: PathBuf,
     /// Check client→server reachability before returning.
     pub check: bool,
+    /// Run the split proxy on the terminal and gateway.
+    pub pep: Option<Pep>,
+}
+
+/// PEP settings of a lab.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pep {
+    /// Congestion control of the satellite legs (default: the kernel's).
+    pub cc: Option<String>,
 }
 
 impl Default for UpOptions {
@@ -170,6 +182,7 @@ impl Default for UpOptions {
         UpOptions {
             satpep_bin: std::env::current_exe().unwrap_or_else(|_| "satpep".into()),
             check: true,
+            pep: None,
         }
     }
 }
@@ -180,6 +193,7 @@ pub struct Lab {
     pub name: String,
     state: LabState,
     emulator: Option<Child>,
+    proxies: Vec<Child>,
     satpep_bin: PathBuf,
     attached: bool,
 }
@@ -222,8 +236,9 @@ fn existing_netns() -> Vec<String> {
         .collect()
 }
 
-/// Whether `pid` is a live emulator of lab `name` (guards against a reused PID).
-fn is_our_emulator(pid: u32, name: &str) -> bool {
+/// Whether `pid` is a live process of lab `name` (its command line names a file in the lab's
+/// state directory; guards against a reused PID).
+fn is_ours(pid: u32, name: &str) -> bool {
     let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
@@ -233,17 +248,17 @@ fn is_our_emulator(pid: u32, name: &str) -> bool {
         .rsplit(')')
         .next()
         .is_some_and(|s| s.trim_start().starts_with('Z'));
-    !zombie && cmd.contains(&state_dir(name).join("link.sock").display().to_string())
+    !zombie && cmd.contains(&state_dir(name).display().to_string())
 }
 
 fn stop_pid(pid: u32, name: &str) {
-    if !is_our_emulator(pid, name) {
+    if !is_ours(pid, name) {
         return;
     }
     // SAFETY: sending a signal to a PID we just checked.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let t = Instant::now();
-    while is_our_emulator(pid, name) {
+    while is_ours(pid, name) {
         if t.elapsed() > Duration::from_secs(3) {
             // SAFETY: as above.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -260,8 +275,8 @@ pub fn teardown(name: &str) -> Result<Vec<String>, String> {
     require_root()?;
     let mut removed = Vec::new();
     if let Ok(st) = read_state(name) {
-        if let Some(pid) = st.emulator_pid {
-            stop_pid(pid, name);
+        for pid in st.proxy_pids.iter().chain(st.emulator_pid.iter()) {
+            stop_pid(*pid, name);
         }
     }
     let prefix = format!("sp-{name}-");
@@ -305,6 +320,7 @@ impl Lab {
             name: name.into(),
             namespaces: nss,
             emulator_pid: None,
+            proxy_pids: Vec::new(),
             hosts: hosts(name),
         };
         write_state(&state)?;
@@ -312,12 +328,16 @@ impl Lab {
             name: name.into(),
             state,
             emulator: None,
+            proxies: Vec::new(),
             satpep_bin: opts.satpep_bin.clone(),
             attached: true,
         };
         // On error, `lab` is dropped here and tears down what exists.
         lab.build()?;
         lab.start_emulator(spec)?;
+        if let Some(pep) = &opts.pep {
+            lab.start_proxies(spec, pep)?;
+        }
         if opts.check {
             lab.check_path()?;
         }
@@ -332,6 +352,7 @@ impl Lab {
             name: name.into(),
             state,
             emulator: None,
+            proxies: Vec::new(),
             satpep_bin: std::env::current_exe().unwrap_or_else(|_| "satpep".into()),
             attached: false,
         })
@@ -340,8 +361,9 @@ impl Lab {
     /// Keeps the lab after this handle is dropped (for `satpep lab up`).
     pub fn detach(mut self) {
         self.attached = false;
-        // Leave the emulator running; forget its handle.
+        // Leave the emulator and proxies running; forget their handles.
         self.emulator.take();
+        self.proxies.clear();
     }
 
     /// Namespace name of `host`.
@@ -397,9 +419,9 @@ impl Lab {
                 &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
             )?;
         }
-        // End hosts: buffers big enough for a GEO bandwidth-delay product, and no cached
-        // ssthresh carrying one run's losses into the next.
-        for ns in [&c, &s] {
+        // End hosts and (later) PEPs: buffers big enough for a GEO bandwidth-delay product,
+        // and no cached ssthresh carrying one run's losses into the next.
+        for ns in [&c, &t, &g, &s] {
             self.sysctls(
                 ns,
                 &[
@@ -613,6 +635,107 @@ impl Lab {
         Ok(())
     }
 
+    /// Starts the split proxy on the terminal (satellite upstream, for uploads) and on the
+    /// gateway (satellite downstream, for downloads). A satellite-leg socket sends one way
+    /// and receives the other, so its buffers are sized from the faster direction.
+    pub fn start_proxies(&mut self, spec: &LinkSpec, pep: &Pep) -> Result<(), String> {
+        let cfg = spec.resolve()?;
+        let rtt_ns = cfg.forward.delay.max_ns() + cfg.ret.delay.max_ns();
+        let dir = state_dir(&self.name);
+        let rate = cfg.forward.rate.max_bps().max(cfg.ret.rate.max_bps());
+        for (host, ifname, side) in [
+            (Host::Terminal, "to-client", "upstream"),
+            (Host::Gateway, "to-link", "downstream"),
+        ] {
+            let cc = pep
+                .cc
+                .as_ref()
+                .map(|c| format!("congestion = \"{c}\"\n"))
+                .unwrap_or_default();
+            let text = format!(
+                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n",
+                host = host.name(),
+                name = self.name,
+                rate = rate.round() as u64,
+                rtt = rtt_ns.max(1_000_000),
+            );
+            let path = dir.join(format!("proxy-{}.toml", host.name()));
+            std::fs::write(&path, text).map_err(|e| e.to_string())?;
+            let log = std::fs::File::create(dir.join(format!("proxy-{}.log", host.name())))
+                .map_err(|e| e.to_string())?;
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &self.ns(host)])
+                .arg(&self.satpep_bin)
+                .args(["proxy", "--config"])
+                .arg(&path)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log);
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setsid is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::setsid();
+                    Ok(())
+                });
+            }
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| format!("cannot start the proxy: {e}"))?;
+            self.state.proxy_pids.push(child.id());
+            write_state(&self.state)?;
+            // Ready when its nftables table exists.
+            let t = Instant::now();
+            loop {
+                if let Ok(Some(st)) = child.try_wait() {
+                    let text =
+                        std::fs::read_to_string(dir.join(format!("proxy-{}.log", host.name())))
+                            .unwrap_or_default();
+                    return Err(format!(
+                        "the {} proxy exited ({st}): {}",
+                        host.name(),
+                        text.trim()
+                    ));
+                }
+                if self
+                    .ns_run(host, "nft", &["list", "table", "inet", "satpep"])
+                    .is_ok()
+                {
+                    break;
+                }
+                if t.elapsed() > Duration::from_secs(10) {
+                    return Err(format!(
+                        "the {} proxy did not come up within 10 s",
+                        host.name()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            self.proxies.push(child);
+        }
+        Ok(())
+    }
+
+    /// Stops the proxies, if running.
+    pub fn stop_proxies(&mut self) {
+        for mut c in self.proxies.drain(..) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let t = Instant::now();
+            while !matches!(c.try_wait(), Ok(Some(_))) {
+                if t.elapsed() > Duration::from_secs(3) {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        for pid in std::mem::take(&mut self.state.proxy_pids) {
+            stop_pid(pid, &self.name);
+        }
+    }
+
     /// Stops the emulator, if running.
     pub fn stop_emulator(&mut self) {
         if let Some(mut c) = self.emulator.take() {
@@ -684,6 +807,7 @@ fn absolute_traces(spec: &LinkSpec) -> Result<String, String> {
 impl Drop for Lab {
     fn drop(&mut self) {
         if self.attached {
+            self.stop_proxies();
             self.stop_emulator();
             if let Err(e) = teardown(&self.name) {
                 eprintln!("satpep lab: tearing down '{}': {e}", self.name);

@@ -158,15 +158,22 @@ fn nets(key: &str, v: &[String]) -> Result<Vec<IpNet>, String> {
 fn ifname_ok(s: &str) -> bool {
     !s.is_empty()
         && s.len() < 16
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
 }
 
 impl LegFile {
     fn resolve(&self, section: &str) -> Result<Leg, String> {
         let key = |k: &str| format!("{section}.{k}");
         if let Some(cc) = &self.congestion {
-            if cc.is_empty() || cc.len() > 15 || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(format!("{}: '{cc}' is not a congestion control name", key("congestion")));
+            if cc.is_empty()
+                || cc.len() > 15
+                || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                return Err(format!(
+                    "{}: '{cc}' is not a congestion control name",
+                    key("congestion")
+                ));
             }
         }
         let buffer = match (&self.buffer, &self.rate, &self.rtt) {
@@ -174,9 +181,10 @@ impl LegFile {
             (None, Some(r), Some(t)) => {
                 let r = parse_rate(r).map_err(|e| format!("{}: {e}", key("rate")))?;
                 let t = parse_duration_ns(t).map_err(|e| format!("{}: {e}", key("rtt")))?;
-                // Twice the bandwidth-delay product: the kernel keeps part of each buffer
-                // for overhead, and loss recovery needs room beyond one window.
-                Some((2.0 * r * t as f64 / 8e9).ceil() as u64)
+                // Four bandwidth-delay products: the kernel keeps half of a buffer for
+                // overhead, and a full bottleneck queue can double the RTT the window must
+                // cover.
+                Some((4.0 * r * t as f64 / 8e9).ceil() as u64)
             }
             (None, Some(_), None) | (None, None, Some(_)) => {
                 return Err(format!(
@@ -188,7 +196,10 @@ impl LegFile {
         };
         if let Some(b) = buffer {
             if !(4096..=1 << 30).contains(&b) {
-                return Err(format!("{}: {b} bytes is outside 4 KiB … 1 GiB", key("buffer")));
+                return Err(format!(
+                    "{}: {b} bytes is outside 4 KiB … 1 GiB",
+                    key("buffer")
+                ));
             }
         }
         let notsent_lowat = match &self.notsent_lowat {
@@ -217,7 +228,9 @@ impl ProxyFile {
     pub fn resolve(&self) -> Result<ProxyConfig, String> {
         let i = &self.intercept;
         if let Some(bad) = i.interfaces.iter().find(|s| !ifname_ok(s)) {
-            return Err(format!("intercept.interfaces: '{bad}' is not an interface name"));
+            return Err(format!(
+                "intercept.interfaces: '{bad}' is not an interface name"
+            ));
         }
         let p = &self.proxy;
         if p.port == 0 {
@@ -243,7 +256,9 @@ impl ProxyFile {
         };
         let buffer = parse_size(&p.buffer).map_err(|e| format!("proxy.buffer: {e}"))?;
         if !(4096..=16 << 20).contains(&buffer) {
-            return Err(format!("proxy.buffer: {buffer} bytes is outside 4 KiB … 16 MiB"));
+            return Err(format!(
+                "proxy.buffer: {buffer} bytes is outside 4 KiB … 16 MiB"
+            ));
         }
         Ok(ProxyConfig {
             interfaces: i.interfaces.clone(),
@@ -283,7 +298,7 @@ mod tests {
     #[test]
     fn buffers_from_rate_and_rtt() {
         let c = cfg("[satellite]\nrate='50Mbit'\nrtt='600ms'\ncongestion='bbr'\n").unwrap();
-        assert_eq!(c.satellite.buffer, Some(7_500_000));
+        assert_eq!(c.satellite.buffer, Some(15_000_000));
         assert_eq!(c.satellite.congestion.as_deref(), Some("bbr"));
     }
 
@@ -298,7 +313,10 @@ mod tests {
             ("[intercept]\nsources=['10.0.0.0/33']", "intercept.sources"),
             ("[intercept]\ninterfaces=['a b']", "intercept.interfaces"),
             ("[satellite]\nrate='5Mbit'", "satellite.rate"),
-            ("[terrestrial]\ncongestion='no such'", "terrestrial.congestion"),
+            (
+                "[terrestrial]\ncongestion='no such'",
+                "terrestrial.congestion",
+            ),
             ("[satellite]\nbuffer='2GiB'", "satellite.buffer"),
             ("[proxy]\nport='x'", "port"),
             ("[proxy]\nprot=1", "prot"),

@@ -30,7 +30,8 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         format!("table inet {TABLE} {{"),
         "  chain prerouting {".into(),
         "    type filter hook prerouting priority mangle; policy accept;".into(),
-        "    # Packets for the proxy's own transparent sockets (replies to upstream connections).".into(),
+        "    # Packets for the proxy's own transparent sockets (replies to upstream connections)."
+            .into(),
         format!("    meta l4proto tcp socket transparent 1 meta mark set {mark} accept"),
     ];
     let ifs = if cfg.interfaces.is_empty() {
@@ -65,10 +66,15 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
     r.push("    # Selected connections go to the proxy.".into());
     for (fam, s, d) in [("ip", &s4, &d4), ("ip6", &s6, &d6)] {
         // A family the user restricted to nothing is not intercepted at all.
-        if (!cfg.sources.is_empty() && s.is_empty()) || (!cfg.destinations.is_empty() && d.is_empty()) {
+        if (!cfg.sources.is_empty() && s.is_empty())
+            || (!cfg.destinations.is_empty() && d.is_empty())
+        {
             continue;
         }
-        let mut m = format!("meta nfproto {} ", if fam == "ip" { "ipv4" } else { "ipv6" });
+        let mut m = format!(
+            "meta nfproto {} ",
+            if fam == "ip" { "ipv4" } else { "ipv6" }
+        );
         if !s.is_empty() {
             m += &format!("{fam} saddr {} ", set(s));
         }
@@ -89,7 +95,11 @@ fn run(prog: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String>
     use std::io::Write;
     let mut child = Command::new(prog)
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -123,7 +133,13 @@ pub fn cleanup(mark: u32, table: u32) -> Vec<String> {
     }
     let (m, t) = (format!("0x{mark:x}"), table.to_string());
     for fam in ["-4", "-6"] {
-        while run("ip", &[fam, "rule", "del", "fwmark", &m, "lookup", &t], None).is_ok() {
+        while run(
+            "ip",
+            &[fam, "rule", "del", "fwmark", &m, "lookup", &t],
+            None,
+        )
+        .is_ok()
+        {
             found.push(format!("ip {fam} rule fwmark {m} lookup {t}"));
         }
         let routes = run("ip", &[fam, "route", "show", "table", &t], None).unwrap_or_default();
@@ -142,9 +158,27 @@ pub fn install(cfg: &ProxyConfig) -> Result<(), String> {
     let (m, t) = (format!("0x{:x}", cfg.mark), cfg.table.to_string());
     let steps: [(&str, Vec<&str>); 4] = [
         ("ip", vec!["-4", "rule", "add", "fwmark", &m, "lookup", &t]),
-        ("ip", vec!["-4", "route", "add", "local", "0.0.0.0/0", "dev", "lo", "table", &t]),
+        (
+            "ip",
+            vec![
+                "-4",
+                "route",
+                "add",
+                "local",
+                "0.0.0.0/0",
+                "dev",
+                "lo",
+                "table",
+                &t,
+            ],
+        ),
         ("ip", vec!["-6", "rule", "add", "fwmark", &m, "lookup", &t]),
-        ("ip", vec!["-6", "route", "add", "local", "::/0", "dev", "lo", "table", &t]),
+        (
+            "ip",
+            vec![
+                "-6", "route", "add", "local", "::/0", "dev", "lo", "table", &t,
+            ],
+        ),
     ];
     let result = steps
         .iter()
@@ -169,8 +203,16 @@ mod tests {
     fn default_intercepts_everything_both_families() {
         let r = rules("");
         assert!(r.contains("socket transparent 1 meta mark set 0x5350 accept"));
-        assert!(r.contains("meta nfproto ipv4 meta l4proto tcp tproxy ip to :7700 meta mark set 0x5350 accept"), "{r}");
-        assert!(r.contains("meta nfproto ipv6 meta l4proto tcp tproxy ip6 to :7700"), "{r}");
+        assert!(
+            r.contains(
+                "meta nfproto ipv4 meta l4proto tcp tproxy ip to :7700 meta mark set 0x5350 accept"
+            ),
+            "{r}"
+        );
+        assert!(
+            r.contains("meta nfproto ipv6 meta l4proto tcp tproxy ip6 to :7700"),
+            "{r}"
+        );
         assert!(!r.contains("iifname"));
     }
 

@@ -9,8 +9,7 @@
 
 use crate::sockets::reset_on_close;
 use socket2::SockRef;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// How one direction ended.
@@ -38,7 +37,11 @@ pub struct Relayed {
 }
 
 /// Copies one direction; returns how it ended and the bytes written.
-async fn pipe(mut r: OwnedReadHalf, mut w: OwnedWriteHalf, buf_len: usize) -> (End, u64) {
+async fn pipe<R, W>(mut r: R, mut w: W, buf_len: usize) -> (End, u64)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut buf = vec![0u8; buf_len];
     let mut count = 0u64;
     loop {
@@ -59,30 +62,33 @@ async fn pipe(mut r: OwnedReadHalf, mut w: OwnedWriteHalf, buf_len: usize) -> (E
     }
 }
 
-/// Relays between `client` and `server` until both directions have ended.
-pub async fn relay(client: TcpStream, server: TcpStream, buf_len: usize) -> Relayed {
-    // Kept to reset the sockets if a direction fails.
-    let c_ref = client.as_raw_fd_dup();
-    let s_ref = server.as_raw_fd_dup();
-    let (cr, cw) = client.into_split();
-    let (sr, sw) = server.into_split();
-    let a = pipe(cr, sw, buf_len);
-    let b = pipe(sr, cw, buf_len);
-    tokio::pin!(a, b);
-    let (mut up_end, mut down_end): (Option<(End, u64)>, Option<(End, u64)>) = (None, None);
-    while up_end.is_none() || down_end.is_none() {
-        tokio::select! {
-            e = &mut a, if up_end.is_none() => up_end = Some(e),
-            e = &mut b, if down_end.is_none() => down_end = Some(e),
+/// Relays between `client` and `server` until both directions have ended, or one side is
+/// reset, in which case the other is reset too.
+pub async fn relay(mut client: TcpStream, mut server: TcpStream, buf_len: usize) -> Relayed {
+    let is_reset = |e: &Option<(End, u64)>| matches!(e, Some((End::ResetIn | End::ResetOut, _)));
+    let (up_end, down_end) = {
+        // Borrowed halves: unlike owned ones they send no FIN when dropped, so a direction
+        // cut short by a reset cannot look like a complete stream to the other side.
+        let (cr, cw) = client.split();
+        let (sr, sw) = server.split();
+        let a = pipe(cr, sw, buf_len);
+        let b = pipe(sr, cw, buf_len);
+        tokio::pin!(a, b);
+        let (mut up_end, mut down_end) = (None, None);
+        while up_end.is_none() || down_end.is_none() {
+            tokio::select! {
+                e = &mut a, if up_end.is_none() => up_end = Some(e),
+                e = &mut b, if down_end.is_none() => down_end = Some(e),
+            }
+            if is_reset(&up_end) || is_reset(&down_end) {
+                break;
+            }
         }
-        let reset = |e: &Option<(End, u64)>| matches!(e, Some((End::ResetIn | End::ResetOut, _)));
-        if reset(&up_end) || reset(&down_end) {
-            // One side is gone: the other gets a reset, not a FIN, so it cannot mistake a
-            // truncated stream for a complete one.
-            reset_on_close(SockRef::from(&c_ref));
-            reset_on_close(SockRef::from(&s_ref));
-            break;
-        }
+        (up_end, down_end)
+    };
+    if is_reset(&up_end) || is_reset(&down_end) {
+        reset_on_close(SockRef::from(&client));
+        reset_on_close(SockRef::from(&server));
     }
     // A direction still running when the other was reset was cut off.
     let (up_end, up) = up_end.unwrap_or((End::ResetOut, 0));
@@ -92,15 +98,5 @@ pub async fn relay(client: TcpStream, server: TcpStream, buf_len: usize) -> Rela
         down,
         up_end,
         down_end,
-    }
-}
-
-trait DupFd {
-    fn as_raw_fd_dup(&self) -> std::os::fd::OwnedFd;
-}
-impl DupFd for TcpStream {
-    fn as_raw_fd_dup(&self) -> std::os::fd::OwnedFd {
-        use std::os::fd::AsFd;
-        self.as_fd().try_clone_to_owned().expect("dup")
     }
 }

@@ -46,11 +46,19 @@ pub async fn run(
         tune(SockRef::from(&probe), leg).map_err(|e| e.to_string())?;
     }
     let std_listener = listener(cfg.port, &down_leg).map_err(|e| {
-        format!("cannot listen on port {} (IP_TRANSPARENT needs root): {e}", cfg.port)
+        format!(
+            "cannot listen on port {} (IP_TRANSPARENT needs root): {e}",
+            cfg.port
+        )
     })?;
     let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
     netfilter::install(&cfg)?;
-    info!(port = cfg.port, mark = cfg.mark, table = cfg.table, "intercepting");
+    info!(
+        port = cfg.port,
+        mark = cfg.mark,
+        table = cfg.table,
+        "intercepting"
+    );
     let counters = Arc::new(Counters::default());
     let cfg = Arc::new(cfg);
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));

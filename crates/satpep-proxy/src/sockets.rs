@@ -32,7 +32,8 @@ fn set_transparent(s: &Socket, v6: bool) -> io::Result<()> {
         setopt_int(fd, libc::SOL_IPV6, libc::IPV6_TRANSPARENT, 1)?;
     }
     // Also on IPv6 sockets: IPv4 connections reach a dual-stack listener as mapped addresses.
-    setopt_int(fd, libc::SOL_IP, libc::IP_TRANSPARENT, 1).or_else(|e| if v6 { Ok(()) } else { Err(e) })
+    setopt_int(fd, libc::SOL_IP, libc::IP_TRANSPARENT, 1)
+        .or_else(|e| if v6 { Ok(()) } else { Err(e) })
 }
 
 /// Applies a leg's tuning to a socket. An unknown congestion control is an error naming it.
@@ -81,7 +82,15 @@ pub fn listener(port: u16, leg: &Leg) -> io::Result<std::net::TcpListener> {
     s.set_reuse_address(true)?;
     set_transparent(&s, true)?;
     // Buffers set on the listener are inherited and size the window scale at the handshake.
-    tune(SockRef::from(&s), &Leg { congestion: None, nodelay: false, notsent_lowat: None, ..leg.clone() })?;
+    tune(
+        SockRef::from(&s),
+        &Leg {
+            congestion: None,
+            nodelay: false,
+            notsent_lowat: None,
+            ..leg.clone()
+        },
+    )?;
     s.bind(&SocketAddr::from(([0u16; 8], port)).into())?;
     s.listen(1024)?;
     s.set_nonblocking(true)?;

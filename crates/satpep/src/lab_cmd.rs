@@ -37,6 +37,13 @@ enum LabSub {
         /// Skip the client-to-server ping check.
         #[arg(long)]
         no_check: bool,
+        /// PEP mode: none (terminal and gateway are plain routers) or split (satpep proxy on
+        /// both, each sending over the satellite with its own congestion control).
+        #[arg(long, value_name = "MODE", default_value = "none")]
+        pep: String,
+        /// Congestion control of the PEPs' satellite legs (a kernel name: cubic, bbr, reno).
+        #[arg(long, value_name = "CC", requires = "pep")]
+        cc: Option<String>,
         #[command(flatten)]
         link: Box<LinkArgs>,
     },
@@ -79,12 +86,22 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             name,
             json,
             no_check,
+            pep,
+            cc,
             link,
         } => {
             let spec = link.spec()?;
             let cfg = spec.resolve()?;
+            let pep = match pep.as_str() {
+                "none" if cc.is_some() => return Err("--cc needs a PEP mode (--pep split)".into()),
+                "none" => None,
+                "split" => Some(satpep_lab::topology::Pep { cc }),
+                "tunnel" => return Err("--pep tunnel: the tunnel mode does not exist yet".into()),
+                other => return Err(format!("unknown PEP mode '{other}' (none, split)")),
+            };
             let opts = UpOptions {
                 check: !no_check,
+                pep,
                 ..Default::default()
             };
             let lab = Lab::up(&name, &spec, &opts)?;

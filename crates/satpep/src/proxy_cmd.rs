@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 /// Split TCP connections crossing this host (transparent PEP).
 #[derive(Args, Debug)]
-#[command(long_about = "Split TCP connections crossing this host (RFC 3135 split-TCP PEP).
+#[command(
+    long_about = "Split TCP connections crossing this host (RFC 3135 split-TCP PEP).
 
 Installs an nftables table (inet satpep) that diverts selected TCP connections to a \
 transparent listener with TPROXY, plus a fwmark policy rule and local route per address family. \
@@ -19,7 +20,8 @@ installed is removed on exit, and first thing at the next start after a crash \
 Until the SYN-holding mode lands, a refused or unreachable server shows to the client as a \
 connection that is accepted and then reset.
 
-Example: satpep proxy --config /etc/satpep/proxy.toml    (see docs/proxy.md)")]
+Example: satpep proxy --config /etc/satpep/proxy.toml    (see docs/proxy.md)"
+)]
 pub struct ProxyCmd {
     /// Configuration file (TOML; every key optional).
     #[arg(long, value_name = "FILE")]

@@ -287,6 +287,7 @@ fn every_subcommand_has_help() {
         vec!["lab", "--help"],
         vec!["lab", "up", "--help"],
         vec!["lab", "run", "--help"],
+        vec!["proxy", "--help"],
     ] {
         let out = satpep().args(&args).output().unwrap();
         assert!(out.status.success(), "{args:?}");

@@ -44,6 +44,7 @@ pub fn lab(tag: &str, toml_text: &str) -> Lab {
         &UpOptions {
             satpep_bin: bin().into(),
             check: false,
+            pep: None,
         },
     )
     .unwrap_or_else(|e| panic!("lab up: {e}"))

@@ -1,0 +1,256 @@
+//! The split proxy in a lab: transparency, integrity, half-close, reset relay, refused
+//! servers, and clean-up of what it installs. Client and server here are threads of this test
+//! that enter the lab's namespaces, so every byte can be checked.
+
+mod common;
+
+use common::*;
+use satpep_lab::topology::{Pep, UpOptions};
+use satpep_lab::{Host, Lab};
+use satpep_link::config::LinkSpec;
+use sha2::{Digest, Sha256};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::time::Duration;
+
+fn split_lab(tag: &str, link: &str) -> Lab {
+    require_root();
+    let spec: LinkSpec = toml::from_str(link).unwrap();
+    let spec = LinkSpec::layered(&[&spec]).unwrap();
+    Lab::up(
+        &name(tag),
+        &spec,
+        &UpOptions {
+            satpep_bin: bin().into(),
+            check: false,
+            pep: Some(Pep {
+                cc: Some("cubic".into()),
+            }),
+        },
+    )
+    .unwrap_or_else(|e| panic!("lab up: {e}"))
+}
+
+/// Runs `f` on a thread inside network namespace `ns`.
+fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let fd = std::fs::File::open(&path).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on this thread only, with a valid namespace fd.
+        assert_eq!(
+            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
+            0,
+            "setns {path}"
+        );
+        f()
+    })
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[0] ^ seed)
+        .collect()
+}
+
+#[test]
+fn server_sees_the_client_and_bytes_arrive_intact_both_ways_with_half_close() {
+    let lab = split_lab("pint", "[both]\nrate='1Gbit'\ndelay='2ms'\n");
+    for (server_ip, client_ip) in [
+        ("198.18.3.2", "198.18.1.2"),
+        ("2001:2:0:3::2", "2001:2:0:1::2"),
+    ] {
+        let listener = in_netns(&lab.ns(Host::Server), || {
+            TcpListener::bind("[::]:9000").unwrap()
+        })
+        .join()
+        .unwrap();
+        let reply = pattern(8 << 20, 7);
+        let reply_hash = Sha256::digest(&reply);
+        let server = std::thread::spawn(move || {
+            let (mut s, peer) = listener.accept().unwrap();
+            // Read until the client's FIN, hashing, then answer over the still-open half.
+            let mut h = Sha256::new();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut n = 0usize;
+            loop {
+                let k = s.read(&mut buf).unwrap();
+                if k == 0 {
+                    break;
+                }
+                h.update(&buf[..k]);
+                n += k;
+            }
+            s.write_all(&h.finalize()).unwrap();
+            s.write_all(&reply).unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
+            (peer.ip().to_canonical().to_string(), n)
+        });
+        let data = pattern(64 << 20, 3);
+        let sent_hash = Sha256::digest(&data);
+        let addr = format!(
+            "{}:9000",
+            if server_ip.contains(':') {
+                format!("[{server_ip}]")
+            } else {
+                server_ip.into()
+            }
+        );
+        let client = in_netns(&lab.ns(Host::Client), move || {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(&data).unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
+            let mut back = Vec::new();
+            s.read_to_end(&mut back).unwrap();
+            back
+        });
+        let back = client.join().unwrap();
+        let (seen_peer, n) = server.join().unwrap();
+        assert_eq!(
+            seen_peer, client_ip,
+            "the server must see the client's own address"
+        );
+        assert_eq!(n, 64 << 20, "bytes received by the server");
+        assert_eq!(
+            &back[..32],
+            sent_hash.as_slice(),
+            "client→server data corrupted"
+        );
+        assert_eq!(
+            back.len(),
+            32 + (8 << 20),
+            "server→client length after half-close"
+        );
+        assert_eq!(
+            Sha256::digest(&back[32..]),
+            reply_hash,
+            "server→client data corrupted"
+        );
+    }
+    // Both connections went through the proxies.
+    let log =
+        std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name)).unwrap();
+    assert!(log.matches(" split").count() >= 2, "{log}");
+}
+
+#[test]
+fn a_reset_is_relayed_and_a_refused_server_resets_the_client() {
+    let lab = split_lab("prst", "[both]\nrate='100Mbit'\ndelay='5ms'\n");
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9001").unwrap()
+    })
+    .join()
+    .unwrap();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut b = [0u8; 4];
+        (&s).read_exact(&mut b).unwrap();
+        // Abort: linger 0 makes close send RST.
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+    });
+    let client = in_netns(&lab.ns(Host::Client), || {
+        let mut s = TcpStream::connect("198.18.3.2:9001").unwrap();
+        s.write_all(b"ping").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 16];
+        let first = s.read(&mut b).map_err(|e| e.kind());
+        // Port 9002 has no listener: refused at the server.
+        let refused = TcpStream::connect("198.18.3.2:9002").and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.read(&mut b)
+        });
+        (first, refused.map_err(|e| e.kind()))
+    });
+    server.join().unwrap();
+    let (first, refused) = client.join().unwrap();
+    assert_eq!(
+        first,
+        Err(ErrorKind::ConnectionReset),
+        "the server's RST must reach the client as RST"
+    );
+    assert!(
+        matches!(
+            refused,
+            Err(ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused)
+        ),
+        "a refused server must not look like an empty stream: {refused:?}"
+    );
+}
+
+/// Whether satpep's table is installed in `host` (the lab's own `satpep_lab` is not it).
+fn has_table(lab: &Lab, host: Host) -> bool {
+    let out = lab
+        .command(host, "nft")
+        .args(["list", "tables"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == "table inet satpep")
+}
+
+fn rules(lab: &Lab, host: Host) -> String {
+    let out = lab.command(host, "ip").args(["rule"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn interception_is_removed_on_exit_and_after_a_crash() {
+    let mut lab = split_lab("pcln", "[both]\nrate='10Mbit'\n");
+    let pids = lab.state().proxy_pids.clone();
+    assert_eq!(pids.len(), 2);
+    assert!(has_table(&lab, Host::Gateway));
+    assert!(rules(&lab, Host::Gateway).contains("0x5350"));
+    // Crash: SIGKILL leaves everything installed ...
+    // SAFETY: killing the proxy this test started.
+    unsafe { libc::kill(pids[1] as i32, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(has_table(&lab, Host::Gateway));
+    // ... and --cleanup removes it.
+    let out = lab
+        .command(Host::Gateway, bin())
+        .args(["proxy", "--cleanup"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("removed nftables table inet satpep"));
+    assert!(!has_table(&lab, Host::Gateway));
+    assert!(!rules(&lab, Host::Gateway).contains("0x5350"));
+    // A clean exit (SIGTERM) removes it too.
+    lab.stop_proxies();
+    assert!(!has_table(&lab, Host::Terminal));
+    assert!(!rules(&lab, Host::Terminal).contains("0x5350"));
+}
+
+#[test]
+fn bad_proxy_config_names_the_key() {
+    let dir = std::env::temp_dir().join(format!("satpep-pcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("p.toml");
+    for (text, key) in [
+        ("[proxy]\nport = 0\n", "proxy.port"),
+        (
+            "[intercept]\nsources = ['1.2.3.4/40']\n",
+            "intercept.sources",
+        ),
+        ("[satellite]\nrate = '1Mbit'\n", "satellite.rate"),
+        ("[proxy]\nbogus = 1\n", "bogus"),
+    ] {
+        std::fs::write(&f, text).unwrap();
+        let out = satpep()
+            .args(["proxy", "--check", "--config"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key) && err.contains("p.toml"), "{text}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
