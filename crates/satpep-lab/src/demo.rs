@@ -107,6 +107,7 @@ fn demo(args: &RunArgs) -> Result<(), String> {
                 &spec,
                 &Pep {
                     cc: Some(cc.into()),
+                    max_connections: None,
                 },
             )?;
         }

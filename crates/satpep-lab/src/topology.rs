@@ -175,6 +175,8 @@ pub struct UpOptions {
 pub struct Pep {
     /// Congestion control of the satellite legs (default: the kernel's).
     pub cc: Option<String>,
+    /// Connection limit of each proxy (default: the proxy's).
+    pub max_connections: Option<u32>,
 }
 
 impl Default for UpOptions {
@@ -652,8 +654,12 @@ impl Lab {
                 .as_ref()
                 .map(|c| format!("congestion = \"{c}\"\n"))
                 .unwrap_or_default();
+            let limit = pep
+                .max_connections
+                .map(|m| format!("max_connections = {m}\n"))
+                .unwrap_or_default();
             let text = format!(
-                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n",
+                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n",
                 host = host.name(),
                 name = self.name,
                 rate = rate.round() as u64,

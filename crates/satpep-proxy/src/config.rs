@@ -66,6 +66,8 @@ pub struct ProxySection {
     pub satellite_side: String,
     /// Relay buffer per direction per connection.
     pub buffer: String,
+    /// Most connections split at once; past it new connections are forwarded end to end.
+    pub max_connections: u32,
 }
 
 impl Default for ProxySection {
@@ -76,6 +78,7 @@ impl Default for ProxySection {
             table: 0x5350,
             satellite_side: "upstream".into(),
             buffer: "256KiB".into(),
+            max_connections: 10_000,
         }
     }
 }
@@ -138,6 +141,8 @@ pub struct ProxyConfig {
     pub satellite_upstream: bool,
     /// Relay buffer bytes per direction.
     pub buffer: usize,
+    /// Connection limit.
+    pub max_connections: u32,
     /// Satellite leg.
     pub satellite: Leg,
     /// Terrestrial leg.
@@ -260,6 +265,9 @@ impl ProxyFile {
                 "proxy.buffer: {buffer} bytes is outside 4 KiB … 16 MiB"
             ));
         }
+        if p.max_connections == 0 {
+            return Err("proxy.max_connections: must be at least 1".into());
+        }
         Ok(ProxyConfig {
             interfaces: i.interfaces.clone(),
             sources: nets("intercept.sources", &i.sources)?,
@@ -273,6 +281,7 @@ impl ProxyFile {
             table: p.table,
             satellite_upstream,
             buffer: buffer as usize,
+            max_connections: p.max_connections,
             satellite: self.satellite.resolve("satellite")?,
             terrestrial: self.terrestrial.resolve("terrestrial")?,
         })

@@ -28,6 +28,10 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
     let mark = format!("0x{:x}", cfg.mark);
     let mut r = vec![
         format!("table inet {TABLE} {{"),
+        "  # Holds `tcp` while the proxy is at its connection limit: new connections bypass it."
+            .into(),
+        "  set overload { type inet_proto; }".into(),
+        "  counter bypassed {}".into(),
         "  chain prerouting {".into(),
         "    type filter hook prerouting priority mangle; policy accept;".into(),
         "    # Packets for the proxy's own transparent sockets (replies to upstream connections)."
@@ -81,8 +85,14 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         if !d.is_empty() {
             m += &format!("{fam} daddr {} ", set(d));
         }
+        // Only new connections are diverted: packets of connections the proxy does not hold
+        // (bypassed, or older than the proxy) are forwarded, never reset by the listener.
+        let sel = format!("{ifs}{m}meta l4proto tcp {ports}ct state new ");
         r.push(format!(
-            "    {ifs}{m}meta l4proto tcp {ports}tproxy {fam} to :{} meta mark set {mark} accept",
+            "    {sel}meta l4proto @overload counter name bypassed return"
+        ));
+        r.push(format!(
+            "    {sel}tproxy {fam} to :{} meta mark set {mark} accept",
             cfg.port
         ));
     }
@@ -122,6 +132,26 @@ fn run(prog: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String>
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
+}
+
+/// Starts (`on`) or stops diverting new connections to the proxy, for its connection limit.
+pub fn set_overload(on: bool) -> Result<(), String> {
+    let verb = if on { "add" } else { "delete" };
+    run(
+        "nft",
+        &[verb, "element", "inet", TABLE, "overload", "{ tcp }"],
+        None,
+    )
+    .map(|_| ())
+}
+
+/// Connections bypassed so far because the proxy was at its limit.
+pub fn bypassed() -> Result<u64, String> {
+    let out = run("nft", &["list", "counter", "inet", TABLE, "bypassed"], None)?;
+    out.split("packets ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| "cannot read the bypassed counter".into())
 }
 
 /// Removes satpep's table, policy rules and routes, whatever is left of them. Returns what
@@ -203,16 +233,14 @@ mod tests {
     fn default_intercepts_everything_both_families() {
         let r = rules("");
         assert!(r.contains("socket transparent 1 meta mark set 0x5350 accept"));
-        assert!(
-            r.contains(
-                "meta nfproto ipv4 meta l4proto tcp tproxy ip to :7700 meta mark set 0x5350 accept"
-            ),
-            "{r}"
-        );
-        assert!(
-            r.contains("meta nfproto ipv6 meta l4proto tcp tproxy ip6 to :7700"),
-            "{r}"
-        );
+        for (nf, fam) in [("ipv4", "ip"), ("ipv6", "ip6")] {
+            let sel = format!("meta nfproto {nf} meta l4proto tcp ct state new ");
+            let bypass = format!("{sel}meta l4proto @overload counter name bypassed return");
+            let divert = format!("{sel}tproxy {fam} to :7700 meta mark set 0x5350 accept");
+            // The bypass check comes first.
+            let (b, d) = (r.find(&bypass), r.find(&divert));
+            assert!(b.is_some() && d.is_some() && b < d, "{r}");
+        }
         assert!(!r.contains("iifname"));
     }
 
@@ -224,7 +252,7 @@ mod tests {
         assert!(r.contains("tcp dport { 22 } return"), "{r}");
         assert!(r.contains("ip daddr { 198.18.3.9/32 } return"), "{r}");
         assert!(r.contains("ip6 daddr { 2001:2::/64 } return"), "{r}");
-        assert!(r.contains("iifname { \"to-client\" } meta nfproto ipv4 ip saddr { 198.18.1.0/24 } meta l4proto tcp tcp dport { 80, 443 } tproxy ip to :7700"), "{r}");
+        assert!(r.contains("iifname { \"to-client\" } meta nfproto ipv4 ip saddr { 198.18.1.0/24 } meta l4proto tcp tcp dport { 80, 443 } ct state new tproxy ip to :7700"), "{r}");
         // Sources given for IPv4 only: IPv6 is not intercepted.
         assert!(!r.contains("tproxy ip6"), "{r}");
     }

@@ -17,12 +17,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Counters of a running proxy.
 #[derive(Default, Debug)]
 pub struct Counters {
-    /// Connections being relayed.
+    /// Connections accepted and not yet closed.
     pub active: AtomicU64,
     /// Connections accepted.
     pub total: AtomicU64,
     /// Connections whose server could not be reached.
     pub failed: AtomicU64,
+    /// Times the proxy reached its connection limit and started bypassing.
+    pub overloads: AtomicU64,
     /// Client → server bytes relayed.
     pub bytes_up: AtomicU64,
     /// Server → client bytes relayed.
@@ -60,6 +62,10 @@ pub async fn run(
         "intercepting"
     );
     let counters = Arc::new(Counters::default());
+    let admission = Arc::new(Admission {
+        max: cfg.max_connections as u64,
+        bypassing: std::sync::Mutex::new(false),
+    });
     let cfg = Arc::new(cfg);
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
     tokio::pin!(shutdown);
@@ -69,7 +75,15 @@ pub async fn run(
             r = listener.accept() => match r {
                 Ok((client, peer)) => {
                     let (cfg, c, dl, ul) = (cfg.clone(), counters.clone(), down_leg.clone(), up_leg.clone());
-                    tokio::spawn(async move { handle(client, peer, cfg, c, dl, ul).await });
+                    let adm = admission.clone();
+                    // Counted from accept, so the limit holds while upstream connects are pending.
+                    let active = c.active.fetch_add(1, Relaxed) + 1;
+                    adm.update(active, &c);
+                    tokio::spawn(async move {
+                        handle(client, peer, cfg, c.clone(), dl, ul).await;
+                        let active = c.active.fetch_sub(1, Relaxed) - 1;
+                        tokio::task::spawn_blocking(move || adm.update(active, &c));
+                    });
                 }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
@@ -81,6 +95,41 @@ pub async fn run(
     netfilter::cleanup(cfg.mark, cfg.table);
     info!("interception removed");
     Ok(counters)
+}
+
+/// Tracks the active count against the limit and flips the nftables bypass. New connections
+/// bypass at the limit and are diverted again once the count falls below 90 % of it, so a
+/// count hovering at the limit does not rewrite the ruleset on every connection.
+struct Admission {
+    max: u64,
+    bypassing: std::sync::Mutex<bool>,
+}
+
+impl Admission {
+    fn update(&self, active: u64, c: &Counters) {
+        let mut b = self.bypassing.lock().unwrap();
+        let want = if *b {
+            active * 10 >= self.max * 9
+        } else {
+            active >= self.max
+        };
+        if want != *b {
+            *b = want;
+            if want {
+                c.overloads.fetch_add(1, Relaxed);
+                warn!(
+                    active,
+                    max = self.max,
+                    "connection limit reached: new connections bypass the proxy"
+                );
+            } else {
+                info!(active, "below the limit again: splitting new connections");
+            }
+            if let Err(e) = netfilter::set_overload(want) {
+                warn!(error = %e, "cannot switch the bypass");
+            }
+        }
+    }
 }
 
 async fn handle(
@@ -120,10 +169,8 @@ async fn handle(
             return;
         }
     };
-    c.active.fetch_add(1, Relaxed);
     info!(%src, %dst, "split");
     let r = relay(client, server, cfg.buffer).await;
-    c.active.fetch_sub(1, Relaxed);
     c.bytes_up.fetch_add(r.up, Relaxed);
     c.bytes_down.fetch_add(r.down, Relaxed);
     let clean = r.up_end == End::Fin && r.down_end == End::Fin;

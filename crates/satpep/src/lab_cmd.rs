@@ -95,7 +95,10 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             let pep = match pep.as_str() {
                 "none" if cc.is_some() => return Err("--cc needs a PEP mode (--pep split)".into()),
                 "none" => None,
-                "split" => Some(satpep_lab::topology::Pep { cc }),
+                "split" => Some(satpep_lab::topology::Pep {
+                    cc,
+                    max_connections: None,
+                }),
                 "tunnel" => return Err("--pep tunnel: the tunnel mode does not exist yet".into()),
                 other => return Err(format!("unknown PEP mode '{other}' (none, split)")),
             };

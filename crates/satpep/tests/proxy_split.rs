@@ -14,6 +14,10 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::Duration;
 
 fn split_lab(tag: &str, link: &str) -> Lab {
+    split_lab_with(tag, link, None)
+}
+
+fn split_lab_with(tag: &str, link: &str, max_connections: Option<u32>) -> Lab {
     require_root();
     let spec: LinkSpec = toml::from_str(link).unwrap();
     let spec = LinkSpec::layered(&[&spec]).unwrap();
@@ -25,6 +29,7 @@ fn split_lab(tag: &str, link: &str) -> Lab {
             check: false,
             pep: Some(Pep {
                 cc: Some("cubic".into()),
+                max_connections,
             }),
         },
     )
@@ -253,4 +258,88 @@ fn bad_proxy_config_names_the_key() {
         assert!(err.contains(key) && err.contains("p.toml"), "{text}: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One byte out, the same byte back: proves a connection still works end to end.
+fn echo(s: &mut TcpStream, b: u8) {
+    s.write_all(&[b]).unwrap();
+    let mut r = [0u8; 1];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[0], b);
+}
+
+#[test]
+fn past_the_limit_connections_bypass_and_keep_working() {
+    let lab = split_lab_with("plim", "[both]\nrate='100Mbit'\ndelay='5ms'\n", Some(2));
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9003").unwrap()
+    })
+    .join()
+    .unwrap();
+    // An echo server, one thread per connection.
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let mut s = s.unwrap();
+            std::thread::spawn(move || {
+                let mut b = [0u8; 1];
+                while s.read_exact(&mut b).is_ok() {
+                    if s.write_all(&b).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let gw_log = format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name);
+    let splits = || {
+        std::fs::read_to_string(&gw_log)
+            .unwrap()
+            .matches(" split ")
+            .count()
+    };
+    let conns = in_netns(&lab.ns(Host::Client), move || {
+        let connect = || {
+            let s = TcpStream::connect("198.18.3.2:9003").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        };
+        let mut a = connect();
+        let mut b = connect();
+        echo(&mut a, 1);
+        echo(&mut b, 2);
+        std::thread::sleep(Duration::from_millis(300));
+        // At the limit: this one is forwarded end to end, not refused.
+        let mut c = connect();
+        echo(&mut c, 3);
+        drop(a);
+        drop(b);
+        std::thread::sleep(Duration::from_millis(500));
+        // Below the limit again: split as before; the bypassed one still works.
+        let mut d = connect();
+        echo(&mut d, 4);
+        echo(&mut c, 5);
+        (c, d)
+    })
+    .join()
+    .unwrap();
+    drop(conns);
+    assert_eq!(
+        splits(),
+        3,
+        "a, b and d split, c bypassed:\n{}",
+        std::fs::read_to_string(&gw_log).unwrap()
+    );
+    let log = std::fs::read_to_string(&gw_log).unwrap();
+    assert!(log.contains("connection limit reached"), "{log}");
+    assert!(log.contains("below the limit again"), "{log}");
+    let out = lab
+        .command(Host::Gateway, "nft")
+        .args(["list", "counter", "inet", "satpep", "bypassed"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("packets 1 "),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
