@@ -270,6 +270,21 @@ fn stop_pid(pid: u32, name: &str) {
     }
 }
 
+/// Stops a child of ours: SIGTERM (so it cleans up), SIGKILL after 3 s.
+fn stop_child(mut c: Child) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let t = Instant::now();
+    while !matches!(c.try_wait(), Ok(Some(_))) {
+        if t.elapsed() > Duration::from_secs(3) {
+            let _ = c.kill();
+            let _ = c.wait();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Removes everything lab `name` made: emulator, namespaces, state. Works from the state file
 /// and, if that is gone, from the namespace names. Returns what was removed.
 pub fn teardown(name: &str) -> Result<Vec<String>, String> {
@@ -724,18 +739,8 @@ impl Lab {
 
     /// Stops the proxies, if running.
     pub fn stop_proxies(&mut self) {
-        for mut c in self.proxies.drain(..) {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let t = Instant::now();
-            while !matches!(c.try_wait(), Ok(Some(_))) {
-                if t.elapsed() > Duration::from_secs(3) {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+        for c in self.proxies.drain(..) {
+            stop_child(c);
         }
         for pid in std::mem::take(&mut self.state.proxy_pids) {
             stop_pid(pid, &self.name);
@@ -744,19 +749,8 @@ impl Lab {
 
     /// Stops the emulator, if running.
     pub fn stop_emulator(&mut self) {
-        if let Some(mut c) = self.emulator.take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(3) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    self.state.emulator_pid = None;
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(c) = self.emulator.take() {
+            stop_child(c);
         } else if let Some(pid) = self.state.emulator_pid {
             stop_pid(pid, &self.name);
         }
