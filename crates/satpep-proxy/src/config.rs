@@ -68,6 +68,8 @@ pub struct ProxySection {
     pub buffer: String,
     /// Most connections split at once; past it new connections are forwarded end to end.
     pub max_connections: u32,
+    /// Address of the `/metrics` and `/connections` endpoint ("" to disable).
+    pub metrics: String,
 }
 
 impl Default for ProxySection {
@@ -79,6 +81,7 @@ impl Default for ProxySection {
             satellite_side: "upstream".into(),
             buffer: "256KiB".into(),
             max_connections: 10_000,
+            metrics: "127.0.0.1:9917".into(),
         }
     }
 }
@@ -143,6 +146,8 @@ pub struct ProxyConfig {
     pub buffer: usize,
     /// Connection limit.
     pub max_connections: u32,
+    /// Metrics and status endpoint.
+    pub metrics: Option<std::net::SocketAddr>,
     /// Satellite leg.
     pub satellite: Leg,
     /// Terrestrial leg.
@@ -282,6 +287,16 @@ impl ProxyFile {
             satellite_upstream,
             buffer: buffer as usize,
             max_connections: p.max_connections,
+            metrics: if p.metrics.is_empty() {
+                None
+            } else {
+                Some(p.metrics.parse().map_err(|_| {
+                    format!(
+                        "proxy.metrics: '{}' is not an address:port (e.g. 127.0.0.1:9917)",
+                        p.metrics
+                    )
+                })?)
+            },
             satellite: self.satellite.resolve("satellite")?,
             terrestrial: self.terrestrial.resolve("terrestrial")?,
         })
@@ -329,6 +344,7 @@ mod tests {
             ("[satellite]\nbuffer='2GiB'", "satellite.buffer"),
             ("[proxy]\nport='x'", "port"),
             ("[proxy]\nprot=1", "prot"),
+            ("[proxy]\nmetrics='localhost'", "proxy.metrics"),
         ] {
             let e = cfg(t).unwrap_err();
             assert!(e.contains(key), "{t}: {e}");

@@ -2,7 +2,10 @@
 //! upstream leg, and a relay that keeps half-close and reset semantics. See `docs/proxy.md`.
 
 pub mod config;
+pub mod control;
 pub mod netfilter;
+pub mod registry;
 pub mod relay;
 pub mod server;
 pub mod sockets;
+pub mod tcpinfo;

@@ -9,6 +9,7 @@
 
 use crate::sockets::reset_on_close;
 use socket2::SockRef;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -37,7 +38,7 @@ pub struct Relayed {
 }
 
 /// Copies one direction; returns how it ended and the bytes written.
-async fn pipe<R, W>(mut r: R, mut w: W, buf_len: usize) -> (End, u64)
+async fn pipe<R, W>(mut r: R, mut w: W, buf_len: usize, live: &AtomicU64) -> (End, u64)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -54,6 +55,7 @@ where
             return (End::ResetOut, count);
         }
         count += n as u64;
+        live.fetch_add(n as u64, Relaxed);
     }
     // Every byte read has been handed to the kernel; now the FIN.
     match w.shutdown().await {
@@ -64,15 +66,22 @@ where
 
 /// Relays between `client` and `server` until both directions have ended, or one side is
 /// reset, in which case the other is reset too.
-pub async fn relay(mut client: TcpStream, mut server: TcpStream, buf_len: usize) -> Relayed {
+/// `up` and `down` count the bytes relayed each way as they go.
+pub async fn relay(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    buf_len: usize,
+    up: &AtomicU64,
+    down: &AtomicU64,
+) -> Relayed {
     let is_reset = |e: &Option<(End, u64)>| matches!(e, Some((End::ResetIn | End::ResetOut, _)));
     let (up_end, down_end) = {
         // Borrowed halves: unlike owned ones they send no FIN when dropped, so a direction
         // cut short by a reset cannot look like a complete stream to the other side.
         let (cr, cw) = client.split();
         let (sr, sw) = server.split();
-        let a = pipe(cr, sw, buf_len);
-        let b = pipe(sr, cw, buf_len);
+        let a = pipe(cr, sw, buf_len, up);
+        let b = pipe(sr, cw, buf_len, down);
         tokio::pin!(a, b);
         let (mut up_end, mut down_end) = (None, None);
         while up_end.is_none() || down_end.is_none() {

@@ -3,10 +3,11 @@
 
 use crate::config::ProxyConfig;
 use crate::netfilter;
+use crate::registry::{Counters, Registry};
 use crate::relay::{relay, End};
 use crate::sockets::{canonical, listener, reset_on_close, tune, upstream};
 use socket2::SockRef;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -14,28 +15,11 @@ use tracing::{info, warn};
 /// How long an upstream connection attempt may take before the client is reset.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Counters of a running proxy.
-#[derive(Default, Debug)]
-pub struct Counters {
-    /// Connections accepted and not yet closed.
-    pub active: AtomicU64,
-    /// Connections accepted.
-    pub total: AtomicU64,
-    /// Connections whose server could not be reached.
-    pub failed: AtomicU64,
-    /// Times the proxy reached its connection limit and started bypassing.
-    pub overloads: AtomicU64,
-    /// Client → server bytes relayed.
-    pub bytes_up: AtomicU64,
-    /// Server → client bytes relayed.
-    pub bytes_down: AtomicU64,
-}
-
 /// Runs the proxy until `shutdown` completes. Interception is removed on every exit path.
 pub async fn run(
     cfg: ProxyConfig,
     shutdown: impl std::future::Future<Output = ()>,
-) -> Result<Arc<Counters>, String> {
+) -> Result<Arc<Registry>, String> {
     let (down_leg, up_leg) = if cfg.satellite_upstream {
         (cfg.terrestrial.clone(), cfg.satellite.clone())
     } else {
@@ -54,6 +38,16 @@ pub async fn run(
         )
     })?;
     let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
+    let registry = Arc::new(Registry::default());
+    let control = match cfg.metrics {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("proxy.metrics: cannot listen on {addr}: {e}"))?;
+            Some(tokio::spawn(crate::control::serve(l, registry.clone())))
+        }
+        None => None,
+    };
     netfilter::install(&cfg)?;
     info!(
         port = cfg.port,
@@ -61,7 +55,6 @@ pub async fn run(
         table = cfg.table,
         "intercepting"
     );
-    let counters = Arc::new(Counters::default());
     let admission = Arc::new(Admission {
         max: cfg.max_connections as u64,
         bypassing: std::sync::Mutex::new(false),
@@ -74,15 +67,15 @@ pub async fn run(
             _ = &mut shutdown => break,
             r = listener.accept() => match r {
                 Ok((client, peer)) => {
-                    let (cfg, c, dl, ul) = (cfg.clone(), counters.clone(), down_leg.clone(), up_leg.clone());
+                    let (cfg, reg, dl, ul) = (cfg.clone(), registry.clone(), down_leg.clone(), up_leg.clone());
                     let adm = admission.clone();
                     // Counted from accept, so the limit holds while upstream connects are pending.
-                    let active = c.active.fetch_add(1, Relaxed) + 1;
-                    adm.update(active, &c);
+                    let active = reg.counters.active.fetch_add(1, Relaxed) + 1;
+                    adm.update(active, &reg.counters);
                     tokio::spawn(async move {
-                        handle(client, peer, cfg, c.clone(), dl, ul).await;
-                        let active = c.active.fetch_sub(1, Relaxed) - 1;
-                        tokio::task::spawn_blocking(move || adm.update(active, &c));
+                        handle(client, peer, cfg, reg.clone(), dl, ul).await;
+                        let active = reg.counters.active.fetch_sub(1, Relaxed) - 1;
+                        tokio::task::spawn_blocking(move || adm.update(active, &reg.counters));
                     });
                 }
                 Err(e) => {
@@ -93,8 +86,11 @@ pub async fn run(
         }
     }
     netfilter::cleanup(cfg.mark, cfg.table);
+    if let Some(c) = control {
+        c.abort();
+    }
     info!("interception removed");
-    Ok(counters)
+    Ok(registry)
 }
 
 /// Tracks the active count against the limit and flips the nftables bypass. New connections
@@ -136,10 +132,11 @@ async fn handle(
     client: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     cfg: Arc<ProxyConfig>,
-    c: Arc<Counters>,
+    reg: Arc<Registry>,
     down_leg: Arc<crate::config::Leg>,
     up_leg: Arc<crate::config::Leg>,
 ) {
+    let c = &reg.counters;
     c.total.fetch_add(1, Relaxed);
     let src = canonical(peer);
     // With TPROXY the accepted socket's local address is the server the client asked for.
@@ -170,9 +167,26 @@ async fn handle(
         }
     };
     info!(%src, %dst, "split");
-    let r = relay(client, server, cfg.buffer).await;
-    c.bytes_up.fetch_add(r.up, Relaxed);
-    c.bytes_down.fetch_add(r.down, Relaxed);
+    let (sat, ter) = if cfg.satellite_upstream {
+        (&server, &client)
+    } else {
+        (&client, &server)
+    };
+    let dup = |s: &tokio::net::TcpStream| {
+        use std::os::fd::AsFd;
+        s.as_fd().try_clone_to_owned()
+    };
+    let conn = match (dup(sat), dup(ter)) {
+        (Ok(a), Ok(b)) => reg.add(src, dst, a, b),
+        _ => {
+            warn!(%src, %dst, "out of file descriptors; resetting");
+            reset_on_close(SockRef::from(&client));
+            reset_on_close(SockRef::from(&server));
+            return;
+        }
+    };
+    let r = relay(client, server, cfg.buffer, &conn.up, &conn.down).await;
+    reg.remove(&conn);
     let clean = r.up_end == End::Fin && r.down_end == End::Fin;
     info!(%src, %dst, up = r.up, down = r.down, clean, "closed");
 }

@@ -4,6 +4,7 @@
 mod lab_cmd;
 mod link_cmd;
 mod proxy_cmd;
+mod status_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -24,12 +25,17 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Emulate a satellite link between two interfaces (rate, delay, queue, loss, outages).
+    // `about` only: a doc comment here would also replace the subcommand's long help.
+    #[command(
+        about = "Emulate a satellite link between two interfaces (rate, delay, queue, loss, outages)"
+    )]
     Link(Box<link_cmd::LinkCmd>),
-    /// Build testbeds of network namespaces and run experiments on them.
+    #[command(about = "Build testbeds of network namespaces and run experiments on them")]
     Lab(lab_cmd::LabCmd),
-    /// Split TCP connections crossing this host (transparent PEP).
+    #[command(about = "Split TCP connections crossing this host (transparent PEP)")]
     Proxy(proxy_cmd::ProxyCmd),
+    #[command(about = "Show a running proxy's live connections")]
+    Status(status_cmd::StatusCmd),
 }
 
 fn main() {
@@ -38,6 +44,7 @@ fn main() {
         Cmd::Link(c) => link_cmd::main(*c),
         Cmd::Lab(c) => lab_cmd::main(c),
         Cmd::Proxy(c) => proxy_cmd::main(c),
+        Cmd::Status(c) => status_cmd::main(c),
     };
     if let Err(e) = r {
         eprintln!("satpep: error: {e}");

@@ -288,12 +288,26 @@ fn every_subcommand_has_help() {
         vec!["lab", "up", "--help"],
         vec!["lab", "run", "--help"],
         vec!["proxy", "--help"],
+        vec!["status", "--help"],
     ] {
         let out = satpep().args(&args).output().unwrap();
         assert!(out.status.success(), "{args:?}");
         assert!(
             String::from_utf8_lossy(&out.stdout).len() > 300,
             "{args:?} help too thin"
+        );
+    }
+    // The long descriptions reach --help (a variant doc comment once hid them).
+    for (cmd, phrase) in [
+        ("link", "Dummynet"),
+        ("lab", "five namespaces"),
+        ("proxy", "TPROXY"),
+        ("status", "TCP_INFO"),
+    ] {
+        let out = satpep().args([cmd, "--help"]).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(phrase),
+            "{cmd} --help lacks its long text"
         );
     }
     let out = satpep().args(["link", "--help"]).output().unwrap();

@@ -343,3 +343,80 @@ fn past_the_limit_connections_bypass_and_keep_working() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[test]
+fn status_and_metrics_show_live_connections_with_both_legs() {
+    let lab = split_lab("psta", "[both]\nrate='20Mbit'\ndelay='100ms'\n");
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9004").unwrap()
+    })
+    .join()
+    .unwrap();
+    // The server streams for 4 s; the client reads it all.
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(4) {
+            if s.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let reader = in_netns(&lab.ns(Host::Client), || {
+        let mut s = TcpStream::connect("198.18.3.2:9004").unwrap();
+        let mut sink = Vec::new();
+        s.read_to_end(&mut sink).unwrap();
+        sink.len()
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    let out = lab
+        .command(Host::Gateway, bin())
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let conns = st["connections"].as_array().unwrap();
+    assert_eq!(conns.len(), 1, "{st}");
+    let c = &conns[0];
+    assert_eq!(
+        c["src"].as_str().unwrap().split(':').next(),
+        Some("198.18.1.2")
+    );
+    assert_eq!(c["dst"], "198.18.3.2:9004");
+    assert!(c["bytes_down"].as_u64().unwrap() > 1_000_000, "{c}");
+    // The gateway's satellite leg crosses 200 ms of path RTT (plus up to 200 ms of queue
+    // once cubic fills the 100 % BDP buffer); its terrestrial leg none.
+    let sat_min = c["satellite"]["min_rtt_ms"].as_f64().unwrap();
+    let sat = c["satellite"]["rtt_ms"].as_f64().unwrap();
+    let ter = c["terrestrial"]["rtt_ms"].as_f64().unwrap();
+    assert!(
+        (199.0..210.0).contains(&sat_min),
+        "satellite min RTT {sat_min}"
+    );
+    assert!((199.0..420.0).contains(&sat), "satellite RTT {sat}");
+    assert!(ter < 20.0, "terrestrial RTT {ter}");
+    assert_eq!(c["satellite"]["congestion"], "cubic");
+    assert!(c["satellite"]["cwnd"].as_u64().unwrap() > 10, "{c}");
+    let got = reader.join().unwrap();
+    assert!(got > 2_000_000);
+    // Metrics count it, with the bytes of the closed connection folded in.
+    let out = lab
+        .command(Host::Gateway, "bash")
+        .args(["-c", "exec 3<>/dev/tcp/127.0.0.1/9917; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"])
+        .output()
+        .unwrap();
+    let m = String::from_utf8_lossy(&out.stdout);
+    assert!(m.contains("satpep_connections_total 1"), "{m}");
+    let down: u64 = m
+        .lines()
+        .find(|l| l.starts_with("satpep_relayed_bytes{direction=\"down\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(down, got as u64, "{m}");
+}

@@ -1,0 +1,138 @@
+//! Live connections and totals, for `/metrics`, `/connections` and `satpep status`.
+
+use crate::tcpinfo::{self, LegInfo};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Totals over the proxy's life.
+#[derive(Default, Debug)]
+pub struct Counters {
+    /// Connections accepted and not yet closed.
+    pub active: AtomicU64,
+    /// Connections accepted.
+    pub total: AtomicU64,
+    /// Connections whose server could not be reached.
+    pub failed: AtomicU64,
+    /// Times the proxy reached its connection limit and started bypassing.
+    pub overloads: AtomicU64,
+    /// Client → server bytes of closed connections.
+    pub bytes_up: AtomicU64,
+    /// Server → client bytes of closed connections.
+    pub bytes_down: AtomicU64,
+    /// Retransmitted segments on the satellite legs of closed connections.
+    pub retrans_satellite: AtomicU64,
+    /// Retransmitted segments on the terrestrial legs of closed connections.
+    pub retrans_terrestrial: AtomicU64,
+}
+
+/// One split connection.
+pub struct Conn {
+    /// Registry id.
+    pub id: u64,
+    /// Client address.
+    pub src: SocketAddr,
+    /// Server address.
+    pub dst: SocketAddr,
+    started: Instant,
+    /// Client → server bytes so far.
+    pub up: AtomicU64,
+    /// Server → client bytes so far.
+    pub down: AtomicU64,
+    satellite: OwnedFd,
+    terrestrial: OwnedFd,
+}
+
+/// A connection as `satpep status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConnStatus {
+    /// Registry id.
+    pub id: u64,
+    /// Client address.
+    pub src: String,
+    /// Server address.
+    pub dst: String,
+    /// Seconds since the split.
+    pub age_s: f64,
+    /// Client → server bytes relayed.
+    pub bytes_up: u64,
+    /// Server → client bytes relayed.
+    pub bytes_down: u64,
+    /// The satellite leg's TCP_INFO.
+    pub satellite: Option<LegInfo>,
+    /// The terrestrial leg's TCP_INFO.
+    pub terrestrial: Option<LegInfo>,
+}
+
+/// Live connections plus totals.
+#[derive(Default)]
+pub struct Registry {
+    next: AtomicU64,
+    conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
+    /// Totals.
+    pub counters: Counters,
+}
+
+impl Registry {
+    /// Records a new split connection; `satellite` and `terrestrial` are duplicates of the
+    /// two legs' descriptors (kept only to read TCP_INFO).
+    pub fn add(
+        &self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        satellite: OwnedFd,
+        terrestrial: OwnedFd,
+    ) -> Arc<Conn> {
+        let id = self.next.fetch_add(1, Relaxed) + 1;
+        let c = Arc::new(Conn {
+            id,
+            src,
+            dst,
+            started: Instant::now(),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            satellite,
+            terrestrial,
+        });
+        self.conns.lock().unwrap().insert(id, c.clone());
+        c
+    }
+
+    /// Forgets a closed connection, folding its figures into the totals.
+    pub fn remove(&self, c: &Conn) {
+        self.conns.lock().unwrap().remove(&c.id);
+        let k = &self.counters;
+        k.bytes_up.fetch_add(c.up.load(Relaxed), Relaxed);
+        k.bytes_down.fetch_add(c.down.load(Relaxed), Relaxed);
+        if let Some(i) = tcpinfo::read(c.satellite.as_raw_fd()) {
+            k.retrans_satellite
+                .fetch_add(i.total_retrans as u64, Relaxed);
+        }
+        if let Some(i) = tcpinfo::read(c.terrestrial.as_raw_fd()) {
+            k.retrans_terrestrial
+                .fetch_add(i.total_retrans as u64, Relaxed);
+        }
+    }
+
+    /// Every live connection with both legs' TCP_INFO.
+    pub fn status(&self) -> Vec<ConnStatus> {
+        let conns: Vec<Arc<Conn>> = self.conns.lock().unwrap().values().cloned().collect();
+        conns
+            .iter()
+            .map(|c| ConnStatus {
+                id: c.id,
+                src: c.src.to_string(),
+                dst: c.dst.to_string(),
+                age_s: c.started.elapsed().as_secs_f64(),
+                bytes_up: c.up.load(Relaxed),
+                bytes_down: c.down.load(Relaxed),
+                satellite: tcpinfo::read(c.satellite.as_raw_fd()),
+                terrestrial: tcpinfo::read(c.terrestrial.as_raw_fd()),
+            })
+            .collect()
+    }
+}
