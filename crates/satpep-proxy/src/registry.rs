@@ -118,6 +118,17 @@ impl Registry {
         }
     }
 
+    /// Makes every live connection's sockets send RST when closed; returns how many.
+    pub fn reset_all(&self) -> usize {
+        let conns = self.conns.lock().unwrap();
+        for c in conns.values() {
+            for fd in [&c.satellite, &c.terrestrial] {
+                crate::sockets::reset_on_close(socket2::SockRef::from(fd));
+            }
+        }
+        conns.len()
+    }
+
     /// Every live connection with both legs' TCP_INFO.
     pub fn status(&self) -> Vec<ConnStatus> {
         let conns: Vec<Arc<Conn>> = self.conns.lock().unwrap().values().cloned().collect();

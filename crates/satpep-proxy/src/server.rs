@@ -70,12 +70,12 @@ pub async fn run(
                     let (cfg, reg, dl, ul) = (cfg.clone(), registry.clone(), down_leg.clone(), up_leg.clone());
                     let adm = admission.clone();
                     // Counted from accept, so the limit holds while upstream connects are pending.
-                    let active = reg.counters.active.fetch_add(1, Relaxed) + 1;
-                    adm.update(active, &reg.counters);
+                    reg.counters.active.fetch_add(1, Relaxed);
+                    adm.update(&reg.counters);
                     tokio::spawn(async move {
                         handle(client, peer, cfg, reg.clone(), dl, ul).await;
-                        let active = reg.counters.active.fetch_sub(1, Relaxed) - 1;
-                        tokio::task::spawn_blocking(move || adm.update(active, &reg.counters));
+                        reg.counters.active.fetch_sub(1, Relaxed);
+                        tokio::task::spawn_blocking(move || adm.update(&reg.counters));
                     });
                 }
                 Err(e) => {
@@ -84,6 +84,12 @@ pub async fn run(
                 }
             }
         }
+    }
+    // Live connections end with a reset on both legs: a FIN would let a cut transfer look
+    // complete. (The registry's descriptors keep the sockets open until it is dropped.)
+    let live = registry.reset_all();
+    if live > 0 {
+        warn!(live, "stopping: resetting live connections");
     }
     netfilter::cleanup(cfg.mark, cfg.table);
     if let Some(c) = control {
@@ -102,8 +108,11 @@ struct Admission {
 }
 
 impl Admission {
-    fn update(&self, active: u64, c: &Counters) {
+    /// Re-decides from the current count, read under the lock, so racing updates from
+    /// accepts and closes always leave the bypass matching the latest count.
+    fn update(&self, c: &Counters) {
         let mut b = self.bypassing.lock().unwrap();
+        let active = c.active.load(Relaxed);
         let want = if *b {
             active * 10 >= self.max * 9
         } else {

@@ -420,3 +420,40 @@ fn status_and_metrics_show_live_connections_with_both_legs() {
         .unwrap_or(0);
     assert_eq!(down, got as u64, "{m}");
 }
+
+#[test]
+fn stopping_the_proxy_resets_live_connections_instead_of_ending_them_cleanly() {
+    let mut lab = split_lab("pstop", "[both]\nrate='20Mbit'\ndelay='20ms'\n");
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9005").unwrap()
+    })
+    .join()
+    .unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while s.write_all(&chunk).is_ok() {}
+    });
+    let reader = in_netns(&lab.ns(Host::Client), || {
+        let mut s = TcpStream::connect("198.18.3.2:9005").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0usize;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return (n, None),
+                Ok(k) => n += k,
+                Err(e) => return (n, Some(e.kind())),
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.stop_proxies();
+    let (n, end) = reader.join().unwrap();
+    assert!(n > 100_000, "{n} bytes before the stop");
+    assert_eq!(
+        end,
+        Some(ErrorKind::ConnectionReset),
+        "a cut transfer must not end with a clean EOF"
+    );
+}
