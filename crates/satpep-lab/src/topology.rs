@@ -270,6 +270,30 @@ fn stop_pid(pid: u32, name: &str) {
     }
 }
 
+/// Waits up to 10 s for `ready()`; fails with the child's log if it exits first.
+fn wait_ready(
+    child: &mut Child,
+    log: &Path,
+    what: &str,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), String> {
+    let t = Instant::now();
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(format!("{what} exited ({st}): {}", text.trim()));
+        }
+        if ready() {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            return Err(format!("{what} did not come up within 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Stops a child of ours: SIGTERM (so it cleans up), SIGKILL after 3 s.
 fn stop_child(mut c: Child) {
     // SAFETY: signalling our own child.
@@ -589,6 +613,35 @@ impl Lab {
         )
     }
 
+    /// Starts `satpep ARGS…` in `host`'s namespace as a daemon of the lab: its own session (a
+    /// Ctrl-C meant for the shell that ran `lab up` must not stop it), output to `log`.
+    fn spawn_satpep(
+        &self,
+        host: Host,
+        args: &[&std::ffi::OsStr],
+        log: &Path,
+        what: &str,
+    ) -> Result<Child, String> {
+        use std::os::unix::process::CommandExt;
+        let logf = std::fs::File::create(log)
+            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns(host)])
+            .arg(&self.satpep_bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().map_err(|e| e.to_string())?)
+            .stderr(logf);
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        cmd.spawn().map_err(|e| format!("cannot start {what}: {e}"))
+    }
+
     /// Starts (or restarts, with a new link) the emulator in the link namespace.
     pub fn start_emulator(&mut self, spec: &LinkSpec) -> Result<(), String> {
         self.stop_emulator();
@@ -601,53 +654,27 @@ impl Lab {
         let log = dir.join("link.log");
         std::fs::write(&cfg, absolute_traces(spec)?)
             .map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
-        let logf = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns(Host::Link)])
-            .arg(&self.satpep_bin)
-            .args([
-                "link",
-                "--terminal",
-                "to-term",
-                "--gateway",
-                "to-gw",
-                "--config",
-            ])
-            .arg(&cfg)
-            .arg("--control")
-            .arg(&sock)
-            .stdin(Stdio::null())
-            .stdout(logf.try_clone().unwrap())
-            .stderr(logf);
-        // Own session: a Ctrl-C meant for the shell that ran `lab up` must not stop the link.
-        use std::os::unix::process::CommandExt;
-        // SAFETY: setsid is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start the emulator: {e}"))?;
+        let mut child = self.spawn_satpep(
+            Host::Link,
+            &[
+                "link".as_ref(),
+                "--terminal".as_ref(),
+                "to-term".as_ref(),
+                "--gateway".as_ref(),
+                "to-gw".as_ref(),
+                "--config".as_ref(),
+                cfg.as_os_str(),
+                "--control".as_ref(),
+                sock.as_os_str(),
+            ],
+            &log,
+            "the emulator",
+        )?;
         self.state.emulator_pid = Some(child.id());
         write_state(&self.state)?;
-        let t = Instant::now();
-        loop {
-            if let Ok(Some(st)) = child.try_wait() {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!("the emulator exited ({st}): {}", text.trim()));
-            }
-            if satpep_link::run::query(&sock).is_ok() {
-                break;
-            }
-            if t.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                return Err("the emulator did not come up within 10 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_ready(&mut child, &log, "the emulator", || {
+            satpep_link::run::query(&sock).is_ok()
+        })?;
         self.emulator = Some(child);
         Ok(())
     }
@@ -682,56 +709,21 @@ impl Lab {
             );
             let path = dir.join(format!("proxy-{}.toml", host.name()));
             std::fs::write(&path, text).map_err(|e| e.to_string())?;
-            let log = std::fs::File::create(dir.join(format!("proxy-{}.log", host.name())))
-                .map_err(|e| e.to_string())?;
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &self.ns(host)])
-                .arg(&self.satpep_bin)
-                .args(["proxy", "--config"])
-                .arg(&path)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log);
-            use std::os::unix::process::CommandExt;
-            // SAFETY: setsid is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::setsid();
-                    Ok(())
-                });
-            }
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("cannot start the proxy: {e}"))?;
+            let log = dir.join(format!("proxy-{}.log", host.name()));
+            let what = format!("the {} proxy", host.name());
+            let mut child = self.spawn_satpep(
+                host,
+                &["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
+                &log,
+                &what,
+            )?;
             self.state.proxy_pids.push(child.id());
             write_state(&self.state)?;
             // Ready when its nftables table exists.
-            let t = Instant::now();
-            loop {
-                if let Ok(Some(st)) = child.try_wait() {
-                    let text =
-                        std::fs::read_to_string(dir.join(format!("proxy-{}.log", host.name())))
-                            .unwrap_or_default();
-                    return Err(format!(
-                        "the {} proxy exited ({st}): {}",
-                        host.name(),
-                        text.trim()
-                    ));
-                }
-                if self
-                    .ns_run(host, "nft", &["list", "table", "inet", "satpep"])
+            wait_ready(&mut child, &log, &what, || {
+                self.ns_run(host, "nft", &["list", "table", "inet", "satpep"])
                     .is_ok()
-                {
-                    break;
-                }
-                if t.elapsed() > Duration::from_secs(10) {
-                    return Err(format!(
-                        "the {} proxy did not come up within 10 s",
-                        host.name()
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            })?;
             self.proxies.push(child);
         }
         Ok(())

@@ -5,9 +5,8 @@
 mod common;
 
 use common::*;
-use satpep_lab::topology::{Pep, UpOptions};
+use satpep_lab::topology::Pep;
 use satpep_lab::{Host, Lab};
-use satpep_link::config::LinkSpec;
 use sha2::{Digest, Sha256};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -18,22 +17,14 @@ fn split_lab(tag: &str, link: &str) -> Lab {
 }
 
 fn split_lab_with(tag: &str, link: &str, max_connections: Option<u32>) -> Lab {
-    require_root();
-    let spec: LinkSpec = toml::from_str(link).unwrap();
-    let spec = LinkSpec::layered(&[&spec]).unwrap();
-    Lab::up(
-        &name(tag),
-        &spec,
-        &UpOptions {
-            satpep_bin: bin().into(),
-            check: false,
-            pep: Some(Pep {
-                cc: Some("cubic".into()),
-                max_connections,
-            }),
-        },
+    lab_with(
+        tag,
+        link,
+        Some(Pep {
+            cc: Some("cubic".into()),
+            max_connections,
+        }),
     )
-    .unwrap_or_else(|e| panic!("lab up: {e}"))
 }
 
 /// Runs `f` on a thread inside network namespace `ns`.

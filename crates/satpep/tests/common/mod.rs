@@ -35,6 +35,11 @@ pub fn require_root() {
 /// Builds a lab named after `tag` with the link described by `toml_text` (a LinkSpec).
 /// Dropping the returned lab removes it, also when the test fails.
 pub fn lab(tag: &str, toml_text: &str) -> Lab {
+    lab_with(tag, toml_text, None)
+}
+
+/// Like [`lab`], with the split proxy on terminal and gateway when `pep` is given.
+pub fn lab_with(tag: &str, toml_text: &str, pep: Option<satpep_lab::topology::Pep>) -> Lab {
     require_root();
     let spec: LinkSpec = toml::from_str(toml_text).expect("test link spec");
     let spec = LinkSpec::layered(&[&spec]).unwrap();
@@ -44,7 +49,7 @@ pub fn lab(tag: &str, toml_text: &str) -> Lab {
         &UpOptions {
             satpep_bin: bin().into(),
             check: false,
-            pep: None,
+            pep,
         },
     )
     .unwrap_or_else(|e| panic!("lab up: {e}"))
