@@ -33,36 +33,41 @@ pub fn output(prog: &str, args: &[&str]) -> Result<Output, String> {
         })
 }
 
+/// Runs `prog args…` with `input` on stdin; an error names `what` and quotes stderr.
+pub fn run_stdin(prog: &str, args: &[&str], input: &str, what: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run `{prog}` (run scripts/install-deps.sh): {e}"))?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
 /// Runs `ip -n NS -batch -` with `lines` on stdin: one process for many changes.
 pub fn ip_batch(ns: Option<&str>, lines: &[String]) -> Result<(), String> {
-    use std::io::Write;
     let mut args = vec![];
     if let Some(ns) = ns {
         args.extend(["-n", ns]);
     }
     args.extend(["-batch", "-"]);
-    let mut child = Command::new("ip")
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run `ip`: {e}"))?;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(lines.join("\n").as_bytes())
-        .map_err(|e| e.to_string())?;
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "configuring {} failed: {}",
-            ns.unwrap_or("the host"),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
+    let what = format!("configuring {}", ns.unwrap_or("the host"));
+    run_stdin("ip", &args, &lines.join("\n"), &what)
 }
 
 /// Whether we are root (the lab needs namespaces and raw sockets).

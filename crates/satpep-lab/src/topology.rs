@@ -9,7 +9,7 @@
 //! and log), written before anything is created, so `satpep lab down NAME` can remove a lab
 //! whatever killed the process that built it.
 
-use crate::sys::{ip_batch, require_root, run};
+use crate::sys::{ip_batch, require_root, run, run_stdin};
 use satpep_link::config::LinkSpec;
 use satpep_link::stats::LinkSnapshot;
 use serde::{Deserialize, Serialize};
@@ -566,30 +566,13 @@ impl Lab {
 
     /// Loads an nftables ruleset into `host`.
     fn nft(&self, host: Host, rules: &str) -> Result<(), String> {
-        use std::io::Write;
-        let mut child = self
-            .command(host, "nft")
-            .args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run nft (run scripts/install-deps.sh): {e}"))?;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(rules.as_bytes())
-            .map_err(|e| e.to_string())?;
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "nft in {}: {}",
-                self.ns(host),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(())
+        let ns = self.ns(host);
+        run_stdin(
+            "ip",
+            &["netns", "exec", &ns, "nft", "-f", "-"],
+            rules,
+            &format!("nft in {ns}"),
+        )
     }
 
     fn sysctls(&self, ns: &str, kv: &[&str]) -> Result<(), String> {
