@@ -11,7 +11,7 @@
 //!    drops; the measured PER is checked against the 99 % binomial interval).
 
 use crate::demo::RunArgs;
-use crate::iperf::{ping, tcp_download, udp_forward, udp_return, UdpResult};
+use crate::iperf::{ping, tcp_download, udp_forward, udp_return, UDP_FRAME_OVERHEAD};
 use crate::progress::Progress;
 use crate::sink::Sink;
 use crate::topology::Host;
@@ -23,8 +23,6 @@ use serde::Serialize;
 use std::time::Duration;
 use std::time::Instant;
 
-/// Ethernet + IPv4 + UDP header bytes around an iperf3 datagram.
-const UDP_FRAME_OVERHEAD: u32 = 14 + 20 + 8;
 /// ICMP echo of 56 payload bytes as a frame: 56 + 8 + 20 + 14.
 const PING_FRAME: u32 = 98;
 
@@ -99,24 +97,6 @@ fn fixed_delay(d: &DelaySource) -> f64 {
         DelaySource::Fixed(v) => *v as f64,
         DelaySource::Trace(t) => t.value_at(0.0),
     }
-}
-
-/// Frame rate (bit/s) from a UDP result, ignoring the first and last intervals (start-up,
-/// partial interval) and charging each datagram its frame headers.
-fn frame_rate(r: &UdpResult, len: u32) -> f64 {
-    let iv = &r.intervals;
-    let mid = if iv.len() > 2 {
-        &iv[1..iv.len() - 1]
-    } else {
-        &iv[..]
-    };
-    let (secs, bytes) = mid
-        .iter()
-        .fold((0.0, 0u64), |(s, b), (is, ib)| (s + is, b + ib));
-    if secs == 0.0 {
-        return 0.0;
-    }
-    bytes as f64 * 8.0 / secs * (len + UDP_FRAME_OVERHEAD) as f64 / len as f64
 }
 
 /// A reading of the sink counter and the emulator's CPU time.
@@ -280,7 +260,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             } else {
                 udp_return(&lab, payload, len, secs, &mut tick)?
             };
-            let m = frame_rate(&r, len);
+            let m = r.frame_rate(len);
             progress.done(
                 step,
                 &what,

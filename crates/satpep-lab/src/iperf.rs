@@ -29,6 +29,29 @@ pub struct UdpResult {
     pub lost: u64,
 }
 
+/// Ethernet + IPv4 + UDP header bytes around an iperf3 datagram.
+pub const UDP_FRAME_OVERHEAD: u32 = 14 + 20 + 8;
+
+impl UdpResult {
+    /// Frame rate (bit/s) of `len`-byte datagrams over the receiver's steady-state intervals
+    /// (the first and last are start-up and partial), each datagram charged its headers.
+    pub fn frame_rate(&self, len: u32) -> f64 {
+        let iv = &self.intervals;
+        let mid = if iv.len() > 2 {
+            &iv[1..iv.len() - 1]
+        } else {
+            &iv[..]
+        };
+        let (secs, bytes) = mid
+            .iter()
+            .fold((0.0, 0u64), |(s, b), (is, ib)| (s + is, b + ib));
+        if secs == 0.0 {
+            return 0.0;
+        }
+        bytes as f64 * 8.0 / secs * (len + UDP_FRAME_OVERHEAD) as f64 / len as f64
+    }
+}
+
 /// An iperf3 server in one host, serving one test. Its JSON is read on a thread so a long
 /// run cannot fill the pipe and stall it.
 struct Server(Child, Option<std::thread::JoinHandle<Vec<u8>>>);

@@ -26,7 +26,7 @@ fn rates_per_direction_match_configuration() {
             udp_return(&lab, payload, len, 4, &mut noop)
         }
         .unwrap();
-        let m = frame_rate(&r, len);
+        let m = r.frame_rate(len);
         assert!(
             (m / rate - 1.0).abs() < 0.01,
             "{dir}: measured {m} bit/s for {rate} configured"

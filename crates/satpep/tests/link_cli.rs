@@ -131,6 +131,12 @@ impl Ns {
         }
         ns
     }
+    /// `satpep link ARGS…` inside this namespace.
+    fn link_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0, bin(), "link"]).args(args);
+        c
+    }
     fn gro(&self, dev: &str) -> String {
         let out = Command::new("ip")
             .args(["netns", "exec", &self.0, "ethtool", "-k", dev])
@@ -160,20 +166,8 @@ impl Drop for Ns {
 fn unknown_interface_is_named_and_nothing_changes() {
     let ns = Ns::new("lnk1");
     ns.set_gro_on("a0");
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.0,
-            bin(),
-            "link",
-            "--terminal",
-            "a0",
-            "--gateway",
-            "nope0",
-            "--rate",
-            "1Mbit",
-        ])
+    let out = ns
+        .link_cmd(&["--terminal", "a0", "--gateway", "nope0", "--rate", "1Mbit"])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -184,20 +178,8 @@ fn unknown_interface_is_named_and_nothing_changes() {
         "a0 was changed: {}",
         ns.gro("a0")
     );
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.0,
-            bin(),
-            "link",
-            "--terminal",
-            "a0",
-            "--gateway",
-            "a0",
-            "--rate",
-            "1Mbit",
-        ])
+    let out = ns
+        .link_cmd(&["--terminal", "a0", "--gateway", "a0", "--rate", "1Mbit"])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("two interfaces"));
@@ -209,13 +191,8 @@ fn offloads_off_while_running_restored_after_and_counters_served() {
     ns.set_gro_on("a0");
     ns.set_gro_on("b0");
     let sock = std::env::temp_dir().join(format!("satpep-ctl-{}.sock", std::process::id()));
-    let mut child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.0,
-            bin(),
-            "link",
+    let mut child = ns
+        .link_cmd(&[
             "--terminal",
             "a0",
             "--gateway",

@@ -66,18 +66,6 @@ pub fn namespaces_with(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Frame rate (bit/s) of a UDP result over its steady-state intervals.
-pub fn frame_rate(r: &satpep_lab::iperf::UdpResult, len: u32) -> f64 {
-    let iv = &r.intervals;
-    let mid = if iv.len() > 2 {
-        &iv[1..iv.len() - 1]
-    } else {
-        &iv[..]
-    };
-    let (s, b) = mid.iter().fold((0.0, 0u64), |(s, b), x| (s + x.0, b + x.1));
-    b as f64 * 8.0 / s * (len + 42) as f64 / len as f64
-}
-
 /// Sequence numbers of ping replies received, from `ping -n` output.
 pub fn ping_seqs(lab: &Lab, args: &[&str]) -> (Vec<u32>, String) {
     let out = lab
