@@ -13,8 +13,9 @@ use satpep_link::units::fmt_rate;
 /// Arguments of `satpep lab run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Experiment: `demo` (cubic and bbr, end-to-end and split, over geo, ~3 min) or `link-accuracy`
-    /// (the emulator's accuracy and CPU benchmark).
+    /// Experiment: `demo` (cubic and bbr, end-to-end and split, over geo, ~3 min),
+    /// `link-accuracy` (the emulator's accuracy and CPU benchmark, ~11 min) or `relay-overhead`
+    /// (the split proxy's throughput and CPU against plain forwarding, ~2 min).
     pub experiment: String,
     /// Seconds per transfer [default: demo 15, link-accuracy 10].
     #[arg(long, value_name = "S")]
@@ -34,8 +35,9 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     match args.experiment.as_str() {
         "demo" => demo(&args),
         "link-accuracy" => crate::accuracy::run(&args),
+        "relay-overhead" => crate::relay_bench::run(&args),
         other => Err(format!(
-            "unknown experiment '{other}' (available: demo, link-accuracy)"
+            "unknown experiment '{other}' (available: demo, link-accuracy, relay-overhead)"
         )),
     }
 }
@@ -107,7 +109,7 @@ fn demo(args: &RunArgs) -> Result<(), String> {
                 &spec,
                 &Pep {
                     cc: Some(cc.into()),
-                    max_connections: None,
+                    ..Default::default()
                 },
             )?;
         }

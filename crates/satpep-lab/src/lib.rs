@@ -9,6 +9,7 @@ pub mod topology;
 pub use topology::{Host, Lab, UpOptions};
 pub mod accuracy;
 pub mod progress;
+pub mod relay_bench;
 pub mod sink;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -177,6 +177,10 @@ pub struct Pep {
     pub cc: Option<String>,
     /// Connection limit of each proxy (default: the proxy's).
     pub max_connections: Option<u32>,
+    /// Relay method, "splice" or "copy" (default: the proxy's).
+    pub relay: Option<String>,
+    /// Run a proxy only in the terminal host, not also in the gateway.
+    pub terminal_only: bool,
 }
 
 impl Default for UpOptions {
@@ -596,6 +600,21 @@ impl Lab {
         )
     }
 
+    /// Turns TSO, GSO and tx checksum offload on the routers' link-facing interfaces on or
+    /// off. Only a bridged link (see [`Lab::bridge_link`]) works with them on: the emulator
+    /// needs whole, checksummed frames.
+    pub fn set_link_offloads(&self, on: bool) -> Result<(), String> {
+        let v = if on { "on" } else { "off" };
+        for host in [Host::Terminal, Host::Gateway] {
+            self.ns_run(
+                host,
+                "ethtool",
+                &["-K", "to-link", "tso", v, "gso", v, "tx", v],
+            )?;
+        }
+        Ok(())
+    }
+
     /// Starts `satpep ARGS…` in `host`'s namespace as a daemon of the lab: its own session (a
     /// Ctrl-C meant for the shell that ran `lab up` must not stop it), output to `log`.
     fn spawn_satpep(
@@ -670,10 +689,12 @@ impl Lab {
         let rtt_ns = cfg.forward.delay.max_ns() + cfg.ret.delay.max_ns();
         let dir = state_dir(&self.name);
         let rate = cfg.forward.rate.max_bps().max(cfg.ret.rate.max_bps());
-        for (host, ifname, side) in [
+        let hosts = [
             (Host::Terminal, "to-client", "upstream"),
             (Host::Gateway, "to-link", "downstream"),
-        ] {
+        ];
+        let n = if pep.terminal_only { 1 } else { 2 };
+        for &(host, ifname, side) in &hosts[..n] {
             let cc = pep
                 .cc
                 .as_ref()
@@ -682,7 +703,12 @@ impl Lab {
             let limit = pep
                 .max_connections
                 .map(|m| format!("max_connections = {m}\n"))
-                .unwrap_or_default();
+                .unwrap_or_default()
+                + &pep
+                    .relay
+                    .as_ref()
+                    .map(|r| format!("relay = \"{r}\"\n"))
+                    .unwrap_or_default();
             let text = format!(
                 "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n",
                 host = host.name(),

@@ -66,6 +66,9 @@ pub struct ProxySection {
     pub satellite_side: String,
     /// Relay buffer per direction per connection.
     pub buffer: String,
+    /// How bytes move between the legs: "splice" (zero-copy through a kernel pipe) or "copy"
+    /// (through user space; for comparison).
+    pub relay: String,
     /// Most connections split at once; past it new connections are forwarded end to end.
     pub max_connections: u32,
     /// Address of the `/metrics` and `/connections` endpoint ("" to disable).
@@ -80,6 +83,7 @@ impl Default for ProxySection {
             table: 0x5350,
             satellite_side: "upstream".into(),
             buffer: "256KiB".into(),
+            relay: "splice".into(),
             max_connections: 10_000,
             metrics: "127.0.0.1:9917".into(),
         }
@@ -144,6 +148,8 @@ pub struct ProxyConfig {
     pub satellite_upstream: bool,
     /// Relay buffer bytes per direction.
     pub buffer: usize,
+    /// Zero-copy relay (splice) rather than copying.
+    pub splice: bool,
     /// Connection limit.
     pub max_connections: u32,
     /// Metrics and status endpoint.
@@ -270,6 +276,15 @@ impl ProxyFile {
                 "proxy.buffer: {buffer} bytes is outside 4 KiB … 16 MiB"
             ));
         }
+        let splice = match p.relay.as_str() {
+            "splice" => true,
+            "copy" => false,
+            other => {
+                return Err(format!(
+                    "proxy.relay: '{other}' (use \"splice\" or \"copy\")"
+                ))
+            }
+        };
         if p.max_connections == 0 {
             return Err("proxy.max_connections: must be at least 1".into());
         }
@@ -286,6 +301,7 @@ impl ProxyFile {
             table: p.table,
             satellite_upstream,
             buffer: buffer as usize,
+            splice,
             max_connections: p.max_connections,
             metrics: if p.metrics.is_empty() {
                 None
@@ -334,6 +350,7 @@ mod tests {
             ("[proxy]\ntable=254", "proxy.table"),
             ("[proxy]\nsatellite_side='left'", "proxy.satellite_side"),
             ("[proxy]\nbuffer='1B'", "proxy.buffer"),
+            ("[proxy]\nrelay='mmap'", "proxy.relay"),
             ("[intercept]\nsources=['10.0.0.0/33']", "intercept.sources"),
             ("[intercept]\ninterfaces=['a b']", "intercept.interfaces"),
             ("[satellite]\nrate='5Mbit'", "satellite.rate"),

@@ -54,6 +54,11 @@ pub fn metrics(reg: &Registry) -> String {
         ConstCounter::new(netfilter::bypassed().unwrap_or(0)),
     );
     r.register(
+        "connections_copied",
+        "Connections relayed by copying instead of splice",
+        ConstCounter::new(k.copied.load(Relaxed)),
+    );
+    r.register(
         "overloads",
         "Times the connection limit was reached",
         ConstCounter::new(k.overloads.load(Relaxed)),

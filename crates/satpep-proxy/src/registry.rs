@@ -18,6 +18,9 @@ pub struct Counters {
     pub total: AtomicU64,
     /// Connections whose server could not be reached.
     pub failed: AtomicU64,
+    /// Connections whose bytes were copied through user space instead of spliced (by
+    /// configuration, or because the kernel gave no pipe).
+    pub copied: AtomicU64,
     /// Times the proxy reached its connection limit and started bypassing.
     pub overloads: AtomicU64,
     /// Client → server bytes of closed connections.

@@ -3,14 +3,20 @@
 //! Each direction is relayed on its own: end of stream on one side becomes a FIN on the other
 //! once every byte read has been written (half-closed connections keep flowing the other
 //! way); a reset on one side becomes a reset on the other. Each direction holds at most one
-//! buffer of data: the next read waits for the write, so when the downstream side is slow the
+//! buffer of data: the next read waits for room, so when the downstream side is slow the
 //! excess stays in the upstream socket's receive buffer and its advertised window shrinks
 //! (Bharadwaj's improved back-pressure, 001 §4.3).
+//!
+//! The buffer is a kernel pipe and bytes move with splice(2), so payload is never copied into
+//! user space. If the kernel will not give a pipe, the direction falls back to copying
+//! through a user-space buffer of the same size.
 
 use crate::sockets::reset_on_close;
 use socket2::SockRef;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 /// How one direction ended.
@@ -35,10 +41,13 @@ pub struct Relayed {
     pub up_end: End,
     /// How the server → client direction ended.
     pub down_end: End,
+    /// The bytes were copied through user space, not spliced.
+    pub copied: bool,
 }
 
-/// Copies one direction; returns how it ended and the bytes written.
-async fn pipe<R, W>(mut r: R, mut w: W, buf_len: usize, live: &AtomicU64) -> (End, u64)
+/// Copies one direction through a user-space buffer; returns how it ended and the bytes
+/// written.
+async fn copy<R, W>(mut r: R, mut w: W, buf_len: usize, live: &AtomicU64) -> (End, u64)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -67,33 +76,37 @@ where
 /// Relays between `client` and `server` until both directions have ended, or one side is
 /// reset, in which case the other is reset too.
 /// `up` and `down` count the bytes relayed each way as they go.
+/// With `zero_copy` the bytes move through kernel pipes; if the kernel gives none, or without
+/// it, they are copied (see [`Relayed::copied`]).
 pub async fn relay(
     mut client: TcpStream,
     mut server: TcpStream,
     buf_len: usize,
+    zero_copy: bool,
     up: &AtomicU64,
     down: &AtomicU64,
 ) -> Relayed {
-    let is_reset = |e: &Option<(End, u64)>| matches!(e, Some((End::ResetIn | End::ResetOut, _)));
-    let (up_end, down_end) = {
-        // Borrowed halves: unlike owned ones they send no FIN when dropped, so a direction
-        // cut short by a reset cannot look like a complete stream to the other side.
-        let (cr, cw) = client.split();
-        let (sr, sw) = server.split();
-        let a = pipe(cr, sw, buf_len, up);
-        let b = pipe(sr, cw, buf_len, down);
-        tokio::pin!(a, b);
-        let (mut up_end, mut down_end) = (None, None);
-        while up_end.is_none() || down_end.is_none() {
-            tokio::select! {
-                e = &mut a, if up_end.is_none() => up_end = Some(e),
-                e = &mut b, if down_end.is_none() => down_end = Some(e),
-            }
-            if is_reset(&up_end) || is_reset(&down_end) {
-                break;
-            }
+    let pipes = if zero_copy {
+        Pipe::new(buf_len).zip(Pipe::new(buf_len))
+    } else {
+        None
+    };
+    let copied = pipes.is_none();
+    let (up_end, down_end) = match pipes {
+        Some((p_up, p_down)) => {
+            both_ways(
+                splice_one_way(&client, &server, p_up, up),
+                splice_one_way(&server, &client, p_down, down),
+            )
+            .await
         }
-        (up_end, down_end)
+        None => {
+            // Borrowed halves: unlike owned ones they send no FIN when dropped, so a
+            // direction cut short by a reset cannot look like a complete stream.
+            let (cr, cw) = client.split();
+            let (sr, sw) = server.split();
+            both_ways(copy(cr, sw, buf_len, up), copy(sr, cw, buf_len, down)).await
+        }
     };
     if is_reset(&up_end) || is_reset(&down_end) {
         reset_on_close(SockRef::from(&client));
@@ -107,5 +120,167 @@ pub async fn relay(
         down,
         up_end,
         down_end,
+        copied,
+    }
+}
+
+fn is_reset(e: &Option<(End, u64)>) -> bool {
+    matches!(e, Some((End::ResetIn | End::ResetOut, _)))
+}
+
+/// Runs both directions until both end, or until one is reset (the other is then abandoned).
+async fn both_ways(
+    a: impl std::future::Future<Output = (End, u64)>,
+    b: impl std::future::Future<Output = (End, u64)>,
+) -> (Option<(End, u64)>, Option<(End, u64)>) {
+    tokio::pin!(a, b);
+    let (mut up_end, mut down_end) = (None, None);
+    while up_end.is_none() || down_end.is_none() {
+        tokio::select! {
+            e = &mut a, if up_end.is_none() => up_end = Some(e),
+            e = &mut b, if down_end.is_none() => down_end = Some(e),
+        }
+        if is_reset(&up_end) || is_reset(&down_end) {
+            break;
+        }
+    }
+    (up_end, down_end)
+}
+
+/// A kernel pipe used as the relay buffer of one direction: bytes are moved socket → pipe →
+/// socket with splice(2) and never copied into user space.
+struct Pipe {
+    r: OwnedFd,
+    w: OwnedFd,
+    /// Capacity in bytes, as the kernel rounded it.
+    cap: usize,
+}
+
+impl Pipe {
+    /// A non-blocking pipe of about `len` bytes; `None` if the kernel will not give one (out of
+    /// descriptors, or past the per-user pipe page limit), in which case the caller copies.
+    fn new(len: usize) -> Option<Pipe> {
+        let mut fds = [0i32; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+            return None;
+        }
+        // SAFETY: pipe2 succeeded, so both are fresh descriptors we now own.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: plain fcntl on a descriptor we own. Root may exceed fs.pipe-max-size.
+        let cap = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, len as libc::c_int) };
+        let cap = if cap > 0 {
+            cap as usize
+        } else {
+            // SAFETY: as above.
+            let c = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_GETPIPE_SZ) };
+            if c <= 0 {
+                return None;
+            }
+            c as usize
+        };
+        Some(Pipe { r, w, cap })
+    }
+}
+
+fn splice(from: i32, to: i32, len: usize) -> io::Result<usize> {
+    // SAFETY: both descriptors are open for the duration of the call; null offsets are
+    // required for sockets and pipes.
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Bytes waiting in a socket's receive queue (SIOCINQ).
+fn queued_in(fd: i32) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } == 0 {
+        n.max(0) as usize
+    } else {
+        0
+    }
+}
+
+/// What one splice from the reading socket did.
+enum Filled {
+    Bytes(usize),
+    Eof,
+    /// The pipe has no free slot although the socket has data: wait for the writer, not
+    /// for the socket (whose readiness must not be cleared, or the relay would stall).
+    PipeFull,
+}
+
+/// Relays one direction through a pipe. Same contract as [`copy`]: at most one pipe of data is
+/// in flight, so a slow writer leaves the excess in the reader's receive buffer.
+async fn splice_one_way(r: &TcpStream, w: &TcpStream, pipe: Pipe, live: &AtomicU64) -> (End, u64) {
+    let (rfd, wfd) = (r.as_raw_fd(), w.as_raw_fd());
+    let (pr, pw) = (pipe.r.as_raw_fd(), pipe.w.as_raw_fd());
+    let (mut held, mut count, mut eof, mut pipe_full) = (0usize, 0u64, false, false);
+    loop {
+        if !eof && !pipe_full && held < pipe.cap {
+            let got = r.try_io(Interest::READABLE, || {
+                match splice(rfd, pw, pipe.cap - held) {
+                    Ok(0) => Ok(Filled::Eof),
+                    Ok(n) => Ok(Filled::Bytes(n)),
+                    // EAGAIN has two causes; only an empty socket may clear its readiness.
+                    Err(e)
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            && held > 0
+                            && queued_in(rfd) > 0 =>
+                    {
+                        Ok(Filled::PipeFull)
+                    }
+                    Err(e) => Err(e),
+                }
+            });
+            match got {
+                Ok(Filled::Bytes(n)) => held += n,
+                Ok(Filled::Eof) => eof = true,
+                Ok(Filled::PipeFull) => pipe_full = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return (End::ResetIn, count),
+            }
+        }
+        if held > 0 {
+            match w.try_io(Interest::WRITABLE, || splice(pr, wfd, held)) {
+                Ok(n) => {
+                    held -= n;
+                    count += n as u64;
+                    live.fetch_add(n as u64, Relaxed);
+                    pipe_full = false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return (End::ResetOut, count),
+            }
+        }
+        if eof && held == 0 {
+            // Every byte read has been handed to the kernel; now the FIN.
+            return match SockRef::from(w).shutdown(std::net::Shutdown::Write) {
+                Ok(()) => (End::Fin, count),
+                Err(_) => (End::ResetOut, count),
+            };
+        }
+        let want_read = !eof && !pipe_full && held < pipe.cap;
+        let want_write = held > 0;
+        // Readiness futures return at once while the last attempt left readiness set, and
+        // they are yield points, so a busy connection cannot starve the others.
+        tokio::select! {
+            r = r.readable(), if want_read => if r.is_err() { return (End::ResetIn, count) },
+            w = w.writable(), if want_write => if w.is_err() { return (End::ResetOut, count) },
+            else => return (End::ResetOut, count),
+        }
     }
 }

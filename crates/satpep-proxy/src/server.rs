@@ -194,7 +194,10 @@ async fn handle(
             return;
         }
     };
-    let r = relay(client, server, cfg.buffer, &conn.up, &conn.down).await;
+    let r = relay(client, server, cfg.buffer, cfg.splice, &conn.up, &conn.down).await;
+    if r.copied {
+        c.copied.fetch_add(1, Relaxed);
+    }
     reg.remove(&conn);
     let clean = r.up_end == End::Fin && r.down_end == End::Fin;
     info!(%src, %dst, up = r.up, down = r.down, clean, "closed");

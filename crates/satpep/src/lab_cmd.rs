@@ -44,6 +44,10 @@ enum LabSub {
         /// Congestion control of the PEPs' satellite legs (a kernel name: cubic, bbr, reno).
         #[arg(long, value_name = "CC", requires = "pep")]
         cc: Option<String>,
+        /// With --pep split: run the proxy only in the terminal (the single-PEP setup of
+        /// PEPsal); the gateway stays a plain router.
+        #[arg(long)]
+        terminal_only: bool,
         #[command(flatten)]
         link: Box<LinkArgs>,
     },
@@ -88,16 +92,21 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             no_check,
             pep,
             cc,
+            terminal_only,
             link,
         } => {
             let spec = link.spec()?;
             let cfg = spec.resolve()?;
             let pep = match pep.as_str() {
                 "none" if cc.is_some() => return Err("--cc needs a PEP mode (--pep split)".into()),
+                "none" if terminal_only => {
+                    return Err("--terminal-only needs a PEP mode (--pep split)".into())
+                }
                 "none" => None,
                 "split" => Some(satpep_lab::topology::Pep {
                     cc,
-                    max_connections: None,
+                    terminal_only,
+                    ..Default::default()
                 }),
                 "tunnel" => return Err("--pep tunnel: the tunnel mode does not exist yet".into()),
                 other => return Err(format!("unknown PEP mode '{other}' (none, split)")),

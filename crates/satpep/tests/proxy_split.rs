@@ -23,6 +23,7 @@ fn split_lab_with(tag: &str, link: &str, max_connections: Option<u32>) -> Lab {
         Some(Pep {
             cc: Some("cubic".into()),
             max_connections,
+            ..Default::default()
         }),
     )
 }
