@@ -179,6 +179,8 @@ pub struct Pep {
     pub max_connections: Option<u32>,
     /// Relay method, "splice" or "copy" (default: the proxy's).
     pub relay: Option<String>,
+    /// Memory limit of each proxy, e.g. "64MiB" (default: the proxy's).
+    pub max_memory: Option<String>,
     /// Run a proxy only in the terminal host, not also in the gateway.
     pub terminal_only: bool,
 }
@@ -704,6 +706,11 @@ impl Lab {
                 .max_connections
                 .map(|m| format!("max_connections = {m}\n"))
                 .unwrap_or_default()
+                + &pep
+                    .max_memory
+                    .as_ref()
+                    .map(|m| format!("max_memory = \"{m}\"\n"))
+                    .unwrap_or_default()
                 + &pep
                     .relay
                     .as_ref()

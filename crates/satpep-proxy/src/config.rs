@@ -71,6 +71,10 @@ pub struct ProxySection {
     pub relay: String,
     /// Most connections split at once; past it new connections are forwarded end to end.
     pub max_connections: u32,
+    /// Most memory buffered for connections (kernel TCP memory plus relay pipes), as a size
+    /// ("2GiB") or a share of physical memory ("25%"); past it new connections are
+    /// forwarded end to end.
+    pub max_memory: String,
     /// Address of the `/metrics` and `/connections` endpoint ("" to disable).
     pub metrics: String,
 }
@@ -85,6 +89,7 @@ impl Default for ProxySection {
             buffer: "256KiB".into(),
             relay: "splice".into(),
             max_connections: 10_000,
+            max_memory: "25%".into(),
             metrics: "127.0.0.1:9917".into(),
         }
     }
@@ -152,6 +157,8 @@ pub struct ProxyConfig {
     pub splice: bool,
     /// Connection limit.
     pub max_connections: u32,
+    /// Memory limit, bytes.
+    pub max_memory: u64,
     /// Metrics and status endpoint.
     pub metrics: Option<std::net::SocketAddr>,
     /// Satellite leg.
@@ -288,6 +295,8 @@ impl ProxyFile {
         if p.max_connections == 0 {
             return Err("proxy.max_connections: must be at least 1".into());
         }
+        let max_memory = parse_memory(&p.max_memory, physical_memory())
+            .map_err(|e| format!("proxy.max_memory: {e}"))?;
         Ok(ProxyConfig {
             interfaces: i.interfaces.clone(),
             sources: nets("intercept.sources", &i.sources)?,
@@ -303,6 +312,7 @@ impl ProxyFile {
             buffer: buffer as usize,
             splice,
             max_connections: p.max_connections,
+            max_memory,
             metrics: if p.metrics.is_empty() {
                 None
             } else {
@@ -317,6 +327,38 @@ impl ProxyFile {
             terrestrial: self.terrestrial.resolve("terrestrial")?,
         })
     }
+}
+
+/// Physical memory in bytes (0 if unknown).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages.max(0) as u64).saturating_mul(size.max(0) as u64)
+}
+
+/// "25%" of `physical`, or a size; at least 1 MiB.
+fn parse_memory(s: &str, physical: u64) -> Result<u64, String> {
+    let v = match s.strip_suffix('%') {
+        Some(p) => {
+            let p: f64 = p
+                .trim()
+                .parse()
+                .ok()
+                .filter(|p| *p > 0.0 && *p <= 100.0)
+                .ok_or_else(|| format!("'{s}' is not a share of memory between 0 and 100 %"))?;
+            (physical as f64 * p / 100.0) as u64
+        }
+        None => parse_size(s).map_err(|e| e.to_string())?,
+    };
+    if v < 1 << 20 {
+        return Err(format!("'{s}' is less than 1 MiB"));
+    }
+    Ok(v)
 }
 
 #[cfg(test)]
@@ -336,6 +378,14 @@ mod tests {
     }
 
     #[test]
+    fn memory_limit_as_size_or_share() {
+        assert_eq!(parse_memory("2GiB", 0), Ok(2 << 30));
+        assert_eq!(parse_memory("25%", 8 << 30), Ok(2 << 30));
+        assert!(parse_memory("0%", 8 << 30).is_err());
+        assert!(cfg("").unwrap().max_memory > 1 << 20);
+    }
+
+    #[test]
     fn buffers_from_rate_and_rtt() {
         let c = cfg("[satellite]\nrate='50Mbit'\nrtt='600ms'\ncongestion='bbr'\n").unwrap();
         assert_eq!(c.satellite.buffer, Some(15_000_000));
@@ -351,6 +401,8 @@ mod tests {
             ("[proxy]\nsatellite_side='left'", "proxy.satellite_side"),
             ("[proxy]\nbuffer='1B'", "proxy.buffer"),
             ("[proxy]\nrelay='mmap'", "proxy.relay"),
+            ("[proxy]\nmax_memory='120%'", "proxy.max_memory"),
+            ("[proxy]\nmax_memory='10KiB'", "proxy.max_memory"),
             ("[intercept]\nsources=['10.0.0.0/33']", "intercept.sources"),
             ("[intercept]\ninterfaces=['a b']", "intercept.interfaces"),
             ("[satellite]\nrate='5Mbit'", "satellite.rate"),

@@ -59,8 +59,18 @@ pub fn metrics(reg: &Registry) -> String {
         ConstCounter::new(k.copied.load(Relaxed)),
     );
     r.register(
+        "memory_bytes",
+        "Memory buffered for connections: kernel TCP memory (whole host) plus relay pipes",
+        ConstGauge::new(crate::server::buffered_memory() as i64),
+    );
+    r.register(
+        "memory_limit_bytes",
+        "Memory past which new connections bypass the proxy",
+        ConstGauge::new(k.memory_limit.load(Relaxed) as i64),
+    );
+    r.register(
         "overloads",
-        "Times the connection limit was reached",
+        "Times the connection or memory limit was reached",
         ConstCounter::new(k.overloads.load(Relaxed)),
     );
     let bytes = Family::<Vec<(String, String)>, Gauge<u64, AtomicU64>>::default();

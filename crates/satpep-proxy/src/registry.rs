@@ -21,6 +21,8 @@ pub struct Counters {
     /// Connections whose bytes were copied through user space instead of spliced (by
     /// configuration, or because the kernel gave no pipe).
     pub copied: AtomicU64,
+    /// The memory limit, bytes (for `/metrics`).
+    pub memory_limit: AtomicU64,
     /// Times the proxy reached its connection limit and started bypassing.
     pub overloads: AtomicU64,
     /// Client → server bytes of closed connections.

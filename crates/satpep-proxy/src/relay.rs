@@ -19,6 +19,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
+/// Bytes held in relay pipes by all connections of this process: the part of the proxy's
+/// buffering the kernel's TCP memory accounting does not see.
+static PIPED: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes held in relay pipes right now.
+pub fn piped_bytes() -> u64 {
+    PIPED.load(Relaxed)
+}
+
 /// How one direction ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
@@ -225,20 +234,42 @@ enum Filled {
 
 /// Relays one direction through a pipe. Same contract as [`copy`]: at most one pipe of data is
 /// in flight, so a slow writer leaves the excess in the reader's receive buffer.
+/// Bytes one direction holds in its pipe, mirrored in [`PIPED`] for as long as it lives.
+struct Held(usize);
+
+impl Held {
+    fn add(&mut self, n: usize) {
+        self.0 += n;
+        PIPED.fetch_add(n as u64, Relaxed);
+    }
+    fn sub(&mut self, n: usize) {
+        self.0 -= n;
+        PIPED.fetch_sub(n as u64, Relaxed);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        PIPED.fetch_sub(self.0 as u64, Relaxed);
+    }
+}
+
 async fn splice_one_way(r: &TcpStream, w: &TcpStream, pipe: Pipe, live: &AtomicU64) -> (End, u64) {
     let (rfd, wfd) = (r.as_raw_fd(), w.as_raw_fd());
     let (pr, pw) = (pipe.r.as_raw_fd(), pipe.w.as_raw_fd());
-    let (mut held, mut count, mut eof, mut pipe_full) = (0usize, 0u64, false, false);
+    let (mut count, mut eof, mut pipe_full) = (0u64, false, false);
+    // Bytes now in the pipe; counted in PIPED until drained, or until this future ends.
+    let mut held = Held(0);
     loop {
-        if !eof && !pipe_full && held < pipe.cap {
+        if !eof && !pipe_full && held.0 < pipe.cap {
             let got = r.try_io(Interest::READABLE, || {
-                match splice(rfd, pw, pipe.cap - held) {
+                match splice(rfd, pw, pipe.cap - held.0) {
                     Ok(0) => Ok(Filled::Eof),
                     Ok(n) => Ok(Filled::Bytes(n)),
                     // EAGAIN has two causes; only an empty socket may clear its readiness.
                     Err(e)
                         if e.kind() == io::ErrorKind::WouldBlock
-                            && held > 0
+                            && held.0 > 0
                             && queued_in(rfd) > 0 =>
                     {
                         Ok(Filled::PipeFull)
@@ -247,17 +278,19 @@ async fn splice_one_way(r: &TcpStream, w: &TcpStream, pipe: Pipe, live: &AtomicU
                 }
             });
             match got {
-                Ok(Filled::Bytes(n)) => held += n,
+                Ok(Filled::Bytes(n)) => {
+                    held.add(n);
+                }
                 Ok(Filled::Eof) => eof = true,
                 Ok(Filled::PipeFull) => pipe_full = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return (End::ResetIn, count),
             }
         }
-        if held > 0 {
-            match w.try_io(Interest::WRITABLE, || splice(pr, wfd, held)) {
+        if held.0 > 0 {
+            match w.try_io(Interest::WRITABLE, || splice(pr, wfd, held.0)) {
                 Ok(n) => {
-                    held -= n;
+                    held.sub(n);
                     count += n as u64;
                     live.fetch_add(n as u64, Relaxed);
                     pipe_full = false;
@@ -266,15 +299,15 @@ async fn splice_one_way(r: &TcpStream, w: &TcpStream, pipe: Pipe, live: &AtomicU
                 Err(_) => return (End::ResetOut, count),
             }
         }
-        if eof && held == 0 {
+        if eof && held.0 == 0 {
             // Every byte read has been handed to the kernel; now the FIN.
             return match SockRef::from(w).shutdown(std::net::Shutdown::Write) {
                 Ok(()) => (End::Fin, count),
                 Err(_) => (End::ResetOut, count),
             };
         }
-        let want_read = !eof && !pipe_full && held < pipe.cap;
-        let want_write = held > 0;
+        let want_read = !eof && !pipe_full && held.0 < pipe.cap;
+        let want_write = held.0 > 0;
         // Readiness futures return at once while the last attempt left readiness set, and
         // they are yield points, so a busy connection cannot starve the others.
         tokio::select! {

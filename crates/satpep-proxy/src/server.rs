@@ -7,7 +7,7 @@ use crate::registry::{Counters, Registry};
 use crate::relay::{relay, End};
 use crate::sockets::{canonical, listener, reset_on_close, tune, upstream};
 use socket2::SockRef;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -57,8 +57,30 @@ pub async fn run(
     );
     let admission = Arc::new(Admission {
         max: cfg.max_connections as u64,
-        bypassing: std::sync::Mutex::new(false),
+        max_memory: cfg.max_memory,
+        memory: AtomicU64::new(0),
+        bypassing: std::sync::Mutex::new(None),
     });
+    // Memory is sampled, not tracked per byte: the kernel's count is one file read.
+    let sampler = {
+        let (adm, reg) = (admission.clone(), registry.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(MEMORY_SAMPLE);
+            loop {
+                tick.tick().await;
+                let (adm, reg) = (adm.clone(), reg.clone());
+                let _ = tokio::task::spawn_blocking(move || {
+                    adm.memory.store(buffered_memory(), Relaxed);
+                    adm.update(&reg.counters);
+                })
+                .await;
+            }
+        })
+    };
+    registry
+        .counters
+        .memory_limit
+        .store(cfg.max_memory, Relaxed);
     let cfg = Arc::new(cfg);
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
     tokio::pin!(shutdown);
@@ -91,6 +113,7 @@ pub async fn run(
     if live > 0 {
         warn!(live, "stopping: resetting live connections");
     }
+    sampler.abort();
     netfilter::cleanup(cfg.mark, cfg.table);
     if let Some(c) = control {
         c.abort();
@@ -99,41 +122,82 @@ pub async fn run(
     Ok(registry)
 }
 
-/// Tracks the active count against the limit and flips the nftables bypass. New connections
-/// bypass at the limit and are diverted again once the count falls below 90 % of it, so a
-/// count hovering at the limit does not rewrite the ruleset on every connection.
+/// How often the memory in use is sampled.
+const MEMORY_SAMPLE: Duration = Duration::from_millis(200);
+
+/// Memory buffered for connections: the kernel's TCP memory (socket queues, all sockets of
+/// the host, as `net.ipv4.tcp_mem` counts it) plus the bytes in the relay's pipes.
+pub fn buffered_memory() -> u64 {
+    let tcp_pages = std::fs::read_to_string("/proc/net/sockstat")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("TCP:"))?.to_string();
+            let mut it = line.split_whitespace();
+            it.find(|w| *w == "mem")?;
+            it.next()?.parse::<u64>().ok()
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
+    tcp_pages * page + crate::relay::piped_bytes()
+}
+
+/// Decides whether new connections bypass the proxy, from the connection count and the
+/// memory in use. They bypass once either reaches its limit, and are diverted again once both
+/// fall below 90 % of it, so a value hovering at a limit does not rewrite the ruleset on
+/// every connection.
 struct Admission {
     max: u64,
-    bypassing: std::sync::Mutex<bool>,
+    max_memory: u64,
+    /// Last sampled memory in use, bytes.
+    memory: AtomicU64,
+    /// Why new connections bypass now, if they do.
+    bypassing: std::sync::Mutex<Option<&'static str>>,
 }
 
 impl Admission {
-    /// Re-decides from the current count, read under the lock, so racing updates from
-    /// accepts and closes always leave the bypass matching the latest count.
+    /// Re-decides from the current values, read under the lock, so racing updates from
+    /// accepts, closes and the sampler always leave the bypass matching the latest values.
     fn update(&self, c: &Counters) {
         let mut b = self.bypassing.lock().unwrap();
         let active = c.active.load(Relaxed);
-        let want = if *b {
-            active * 10 >= self.max * 9
+        let memory = self.memory.load(Relaxed);
+        let want = if b.is_some() {
+            if active * 10 >= self.max * 9 {
+                Some("connection limit")
+            } else if memory * 10 >= self.max_memory * 9 {
+                Some("memory limit")
+            } else {
+                None
+            }
+        } else if active >= self.max {
+            Some("connection limit")
+        } else if memory >= self.max_memory {
+            Some("memory limit")
         } else {
-            active >= self.max
+            None
         };
-        if want != *b {
-            *b = want;
-            if want {
+        if want.is_some() != b.is_some() {
+            if let Some(why) = want {
                 c.overloads.fetch_add(1, Relaxed);
                 warn!(
                     active,
                     max = self.max,
-                    "connection limit reached: new connections bypass the proxy"
+                    memory,
+                    max_memory = self.max_memory,
+                    "{why} reached: new connections bypass the proxy"
                 );
             } else {
-                info!(active, "below the limit again: splitting new connections");
+                info!(
+                    active,
+                    memory, "below the limits again: splitting new connections"
+                );
             }
-            if let Err(e) = netfilter::set_overload(want) {
+            if let Err(e) = netfilter::set_overload(want.is_some()) {
                 warn!(error = %e, "cannot switch the bypass");
             }
         }
+        *b = want;
     }
 }
 

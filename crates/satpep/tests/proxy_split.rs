@@ -263,25 +263,7 @@ fn echo(s: &mut TcpStream, b: u8) {
 #[test]
 fn past_the_limit_connections_bypass_and_keep_working() {
     let lab = split_lab_with("plim", "[both]\nrate='100Mbit'\ndelay='5ms'\n", Some(2));
-    let listener = in_netns(&lab.ns(Host::Server), || {
-        TcpListener::bind("0.0.0.0:9003").unwrap()
-    })
-    .join()
-    .unwrap();
-    // An echo server, one thread per connection.
-    std::thread::spawn(move || {
-        for s in listener.incoming() {
-            let mut s = s.unwrap();
-            std::thread::spawn(move || {
-                let mut b = [0u8; 1];
-                while s.read_exact(&mut b).is_ok() {
-                    if s.write_all(&b).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
+    echo_server(&lab, 9003);
     let gw_log = format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name);
     let splits = || {
         std::fs::read_to_string(&gw_log)
@@ -323,7 +305,7 @@ fn past_the_limit_connections_bypass_and_keep_working() {
     );
     let log = std::fs::read_to_string(&gw_log).unwrap();
     assert!(log.contains("connection limit reached"), "{log}");
-    assert!(log.contains("below the limit again"), "{log}");
+    assert!(log.contains("below the limits again"), "{log}");
     let out = lab
         .command(Host::Gateway, "nft")
         .args(["list", "counter", "inet", "satpep", "bypassed"])
@@ -334,6 +316,101 @@ fn past_the_limit_connections_bypass_and_keep_working() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// An echo server on `port` in the lab's server host, one thread per connection.
+fn echo_server(lab: &Lab, port: u16) {
+    let listener = in_netns(&lab.ns(Host::Server), move || {
+        TcpListener::bind(("0.0.0.0", port)).unwrap()
+    })
+    .join()
+    .unwrap();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let mut s = s.unwrap();
+            std::thread::spawn(move || {
+                let mut b = [0u8; 1];
+                while s.read_exact(&mut b).is_ok() {
+                    if s.write_all(&b).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn past_the_memory_limit_connections_bypass_and_keep_working() {
+    // A client that never reads makes every buffer on the path fill up (about 12 MB of
+    // kernel TCP memory here), past the 6 MiB limit.
+    let lab = lab_with(
+        "pmem",
+        "[both]\nrate='100Mbit'\ndelay='5ms'\n",
+        Some(Pep {
+            cc: Some("cubic".into()),
+            max_memory: Some("6MiB".into()),
+            ..Default::default()
+        }),
+    );
+    echo_server(&lab, 9003);
+    let firehose = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9004").unwrap()
+    })
+    .join()
+    .unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = firehose.accept() {
+            let chunk = vec![7u8; 65536];
+            while s.write_all(&chunk).is_ok() {}
+        }
+    });
+    let gw_log = format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name);
+    let log = move || std::fs::read_to_string(&gw_log).unwrap();
+    let splits = {
+        let log = log.clone();
+        move || log().matches(" split ").count()
+    };
+    let wait_for = |what: &str| {
+        for _ in 0..100 {
+            if log().contains(what) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("no '{what}' in the gateway's log:\n{}", log());
+    };
+    let client = lab.ns(Host::Client);
+    let slow = in_netns(&client, || TcpStream::connect("198.18.3.2:9004").unwrap())
+        .join()
+        .unwrap();
+    wait_for("memory limit reached");
+    let before = splits();
+    // Over the limit: forwarded end to end, and it works.
+    let bypassed = in_netns(&client, || {
+        let mut c = TcpStream::connect("198.18.3.2:9003").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        echo(&mut c, 1);
+        c
+    })
+    .join()
+    .unwrap();
+    assert_eq!(splits(), before, "split past the memory limit:\n{}", log());
+    // The slow reader goes; memory falls below the limit and new connections split again.
+    drop(slow);
+    wait_for("below the limits again");
+    let bypassed = in_netns(&client, move || {
+        let mut bypassed = bypassed;
+        let mut d = TcpStream::connect("198.18.3.2:9003").unwrap();
+        d.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        echo(&mut d, 2);
+        echo(&mut bypassed, 3);
+        bypassed
+    })
+    .join()
+    .unwrap();
+    drop(bypassed);
+    assert_eq!(splits(), before + 1, "{}", log());
 }
 
 #[test]
@@ -411,6 +488,16 @@ fn status_and_metrics_show_live_connections_with_both_legs() {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0);
     assert_eq!(down, got as u64, "{m}");
+    // Spliced (the default), and the memory figures are there.
+    assert!(m.contains("satpep_connections_copied_total 0"), "{m}");
+    let gauge = |name: &str| -> u64 {
+        m.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{m}"))
+    };
+    assert!(gauge("satpep_memory_bytes") > 0, "{m}");
+    assert!(gauge("satpep_memory_limit_bytes") > 1 << 20, "{m}");
 }
 
 #[test]
