@@ -181,6 +181,8 @@ pub struct Pep {
     pub relay: Option<String>,
     /// Memory limit of each proxy, e.g. "64MiB" (default: the proxy's).
     pub max_memory: Option<String>,
+    /// More `[satellite]` keys for both proxies, as TOML lines (e.g. "initcwnd = 40").
+    pub satellite_toml: Option<String>,
     /// Run a proxy only in the terminal host, not also in the gateway.
     pub terminal_only: bool,
 }
@@ -717,7 +719,8 @@ impl Lab {
                     .map(|r| format!("relay = \"{r}\"\n"))
                     .unwrap_or_default();
             let text = format!(
-                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n",
+                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n{more}",
+                more = pep.satellite_toml.as_deref().unwrap_or_default(),
                 host = host.name(),
                 name = self.name,
                 rate = rate.round() as u64,

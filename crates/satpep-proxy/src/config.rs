@@ -111,6 +111,18 @@ pub struct LegFile {
     pub nodelay: Option<bool>,
     /// TCP_NOTSENT_LOWAT: unsent bytes kept in the socket at most.
     pub notsent_lowat: Option<String>,
+    /// The interface this leg leaves by (needed for initcwnd, initrwnd and the forwarded
+    /// traffic's MSS clamp).
+    pub interface: Option<String>,
+    /// Initial congestion window, segments, set on the routes out of `interface`.
+    pub initcwnd: Option<u32>,
+    /// Initial advertised receive window, segments, set on the routes out of `interface`.
+    pub initrwnd: Option<u32>,
+    /// Largest segment this leg sends or is sent, bytes (TCP_MAXSEG; with `interface`, also
+    /// clamped in forwarded SYNs).
+    pub mss: Option<u32>,
+    /// TCP Fast Open on this leg: accepting, or sending the client's first bytes in the SYN.
+    pub fastopen: Option<bool>,
 }
 
 /// One leg's resolved tuning.
@@ -124,6 +136,16 @@ pub struct Leg {
     pub nodelay: bool,
     /// TCP_NOTSENT_LOWAT bytes.
     pub notsent_lowat: Option<u32>,
+    /// Interface the leg leaves by.
+    pub interface: Option<String>,
+    /// Initial cwnd on its routes, segments.
+    pub initcwnd: Option<u32>,
+    /// Initial rwnd on its routes, segments.
+    pub initrwnd: Option<u32>,
+    /// TCP_MAXSEG bytes.
+    pub mss: Option<u32>,
+    /// TCP Fast Open.
+    pub fastopen: bool,
 }
 
 /// A validated configuration.
@@ -232,11 +254,43 @@ impl LegFile {
             ),
             None => None,
         };
+        if let Some(i) = &self.interface {
+            if !ifname_ok(i) {
+                return Err(format!(
+                    "{}: '{i}' is not an interface name",
+                    key("interface")
+                ));
+            }
+        }
+        for (k, v) in [("initcwnd", self.initcwnd), ("initrwnd", self.initrwnd)] {
+            if let Some(v) = v {
+                if !(1..=1024).contains(&v) {
+                    return Err(format!("{}: {v} segments is outside 1 … 1024", key(k)));
+                }
+                if self.interface.is_none() {
+                    return Err(format!(
+                        "{}: needs {} (the windows are set on its routes)",
+                        key(k),
+                        key("interface")
+                    ));
+                }
+            }
+        }
+        if let Some(m) = self.mss {
+            if !(536..=65495).contains(&m) {
+                return Err(format!("{}: {m} bytes is outside 536 … 65495", key("mss")));
+            }
+        }
         Ok(Leg {
             congestion: self.congestion.clone(),
             buffer: buffer.map(|b| b as usize),
             nodelay: self.nodelay.unwrap_or(false),
             notsent_lowat,
+            interface: self.interface.clone(),
+            initcwnd: self.initcwnd,
+            initrwnd: self.initrwnd,
+            mss: self.mss,
+            fastopen: self.fastopen.unwrap_or(false),
         })
     }
 }
@@ -411,6 +465,14 @@ mod tests {
                 "terrestrial.congestion",
             ),
             ("[satellite]\nbuffer='2GiB'", "satellite.buffer"),
+            ("[satellite]\ninitcwnd=10", "satellite.initcwnd"),
+            (
+                "[satellite]\ninterface='x'\ninitrwnd=0",
+                "satellite.initrwnd",
+            ),
+            ("[satellite]\nmss=100", "satellite.mss"),
+            ("[terrestrial]\ninterface='a/b'", "terrestrial.interface"),
+            ("[satellite]\nfastopen='yes'", "fastopen"),
             ("[proxy]\nport='x'", "port"),
             ("[proxy]\nprot=1", "prot"),
             ("[proxy]\nmetrics='localhost'", "proxy.metrics"),

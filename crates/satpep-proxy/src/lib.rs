@@ -6,6 +6,7 @@ pub mod control;
 pub mod netfilter;
 pub mod registry;
 pub mod relay;
+pub mod routes;
 pub mod server;
 pub mod sockets;
 pub mod tcpinfo;

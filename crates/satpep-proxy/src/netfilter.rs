@@ -97,6 +97,23 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         ));
     }
     r.push("  }".into());
+    // Forwarded connections (bypassed, excluded, older) get the legs' MSS in their SYNs.
+    let clamps: Vec<(&String, u32)> = [&cfg.satellite, &cfg.terrestrial]
+        .iter()
+        .filter_map(|l| Some((l.interface.as_ref()?, l.mss?)))
+        .collect();
+    if !clamps.is_empty() {
+        r.push("  chain forward {".into());
+        r.push("    type filter hook forward priority mangle; policy accept;".into());
+        for (dev, mss) in clamps {
+            for dir in ["iifname", "oifname"] {
+                r.push(format!(
+                    "    {dir} \"{dev}\" tcp flags & (syn | rst) == syn tcp option maxseg size > {mss} tcp option maxseg size set {mss}"
+                ));
+            }
+        }
+        r.push("  }".into());
+    }
     r.push("}".into());
     r.join("\n") + "\n"
 }
@@ -158,6 +175,10 @@ pub fn bypassed() -> Result<u64, String> {
 /// was found.
 pub fn cleanup(mark: u32, table: u32) -> Vec<String> {
     let mut found = Vec::new();
+    let routes = crate::routes::restore(table);
+    if routes > 0 {
+        found.push(format!("initial windows on {routes} routes"));
+    }
     if run("nft", &["delete", "table", "inet", TABLE], None).is_ok() {
         found.push(format!("nftables table inet {TABLE}"));
     }
@@ -213,7 +234,14 @@ pub fn install(cfg: &ProxyConfig) -> Result<(), String> {
     let result = steps
         .iter()
         .try_for_each(|(p, a)| run(p, a, None).map(|_| ()))
-        .and_then(|_| run("nft", &["-f", "-"], Some(&ruleset(cfg))).map(|_| ()));
+        .and_then(|_| run("nft", &["-f", "-"], Some(&ruleset(cfg))).map(|_| ()))
+        .and_then(|_| {
+            let legs: Vec<_> = [&cfg.satellite, &cfg.terrestrial]
+                .iter()
+                .filter_map(|l| Some((l.interface.clone()?, l.initcwnd, l.initrwnd)))
+                .collect();
+            crate::routes::apply(cfg.table, &legs).map(|_| ())
+        });
     if result.is_err() {
         cleanup(cfg.mark, cfg.table);
     }

@@ -5,12 +5,17 @@ use crate::config::ProxyConfig;
 use crate::netfilter;
 use crate::registry::{Counters, Registry};
 use crate::relay::{relay, End};
-use crate::sockets::{canonical, listener, reset_on_close, tune, upstream};
+use crate::sockets::{
+    canonical, fastopen_connect, fastopen_enabled, listener, reset_on_close, tune, upstream,
+};
 use socket2::SockRef;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
+
+/// How long a Fast Open leg waits for the client's first bytes before connecting without them.
+const FASTOPEN_WAIT: Duration = Duration::from_millis(5);
 
 /// How long an upstream connection attempt may take before the client is reset.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,6 +30,26 @@ pub async fn run(
     } else {
         (cfg.satellite.clone(), cfg.terrestrial.clone())
     };
+    let (fo_client, fo_server) = fastopen_enabled();
+    let side = |l: &crate::config::Leg| {
+        if *l == cfg.satellite {
+            "satellite"
+        } else {
+            "terrestrial"
+        }
+    };
+    if down_leg.fastopen && !fo_server {
+        return Err(format!(
+            "{}.fastopen: this host refuses Fast Open on listeners; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
+            side(&down_leg)
+        ));
+    }
+    if up_leg.fastopen && !fo_client {
+        return Err(format!(
+            "{}.fastopen: this host refuses Fast Open on connecting sockets; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
+            side(&up_leg)
+        ));
+    }
     // Check the congestion controls before intercepting anything.
     for leg in [&down_leg, &up_leg] {
         let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
@@ -220,9 +245,32 @@ async fn handle(
     if let Err(e) = tune(SockRef::from(&client), &down_leg) {
         warn!(%src, %dst, error = %e, "tuning the downstream leg failed");
     }
+    // With Fast Open, the client's first bytes ride in the server's SYN. They usually follow
+    // the handshake's last ACK at once; a client that waits for the server to speak first
+    // costs FASTOPEN_WAIT.
+    let mut first = Vec::new();
+    if up_leg.fastopen {
+        let _ = tokio::time::timeout(FASTOPEN_WAIT, client.readable()).await;
+        first.resize(16 * 1024, 0);
+        let n = client.try_read(&mut first).unwrap_or(0);
+        first.truncate(n);
+    }
     let connect = async {
         let sock = upstream(src, &up_leg)?;
-        sock.connect(dst).await
+        if first.is_empty() {
+            return tokio::net::TcpSocket::from_std_stream(sock.into())
+                .connect(dst)
+                .await;
+        }
+        let sent = fastopen_connect(&sock, dst, &first)?;
+        let mut stream = tokio::net::TcpStream::from_std(sock.into())?;
+        stream.writable().await?;
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+        stream.peer_addr()?;
+        tokio::io::AsyncWriteExt::write_all(&mut stream, &first[sent..]).await?;
+        Ok(stream)
     };
     let server = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(s)) => s,
@@ -258,6 +306,7 @@ async fn handle(
             return;
         }
     };
+    conn.up.fetch_add(first.len() as u64, Relaxed);
     let r = relay(client, server, cfg.buffer, cfg.splice, &conn.up, &conn.down).await;
     if r.copied {
         c.copied.fetch_add(1, Relaxed);

@@ -72,6 +72,11 @@ pub fn tune(s: SockRef<'_>, leg: &Leg) -> io::Result<()> {
     if let Some(l) = leg.notsent_lowat {
         setopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, l as i32)?;
     }
+    if let Some(m) = leg.mss {
+        // Takes effect before the handshake: on listeners (inherited by accepted sockets)
+        // and on sockets about to connect.
+        setopt_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, m as i32)?;
+    }
     Ok(())
 }
 
@@ -92,14 +97,18 @@ pub fn listener(port: u16, leg: &Leg) -> io::Result<std::net::TcpListener> {
         },
     )?;
     s.bind(&SocketAddr::from(([0u16; 8], port)).into())?;
+    if leg.fastopen {
+        // Queue of pending Fast Open requests (connections whose SYN carried data).
+        setopt_int(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_FASTOPEN, 1024)?;
+    }
     s.listen(1024)?;
     s.set_nonblocking(true)?;
     Ok(s.into())
 }
 
-/// An unconnected socket bound to the client's address (so the server sees the client),
-/// tuned for `leg`.
-pub fn upstream(client: SocketAddr, leg: &Leg) -> io::Result<tokio::net::TcpSocket> {
+/// An unconnected, non-blocking socket bound to the client's address (so the server sees the
+/// client), tuned for `leg`.
+pub fn upstream(client: SocketAddr, leg: &Leg) -> io::Result<Socket> {
     let v6 = client.is_ipv6();
     let s = Socket::new(
         if v6 { Domain::IPV6 } else { Domain::IPV4 },
@@ -111,7 +120,28 @@ pub fn upstream(client: SocketAddr, leg: &Leg) -> io::Result<tokio::net::TcpSock
     tune(SockRef::from(&s), leg)?;
     s.bind(&client.into())?;
     s.set_nonblocking(true)?;
-    Ok(tokio::net::TcpSocket::from_std_stream(s.into()))
+    Ok(s)
+}
+
+/// Starts a Fast Open connect of `s` to `dst` with `data` in the SYN. Returns how many bytes
+/// went into the SYN: all that fit, or 0 when the server's cookie is not known yet (then the
+/// SYN asks for one and the data must be sent after the handshake).
+pub fn fastopen_connect(s: &Socket, dst: SocketAddr, data: &[u8]) -> io::Result<usize> {
+    match s.send_to_with_flags(data, &dst.into(), libc::MSG_FASTOPEN) {
+        Ok(n) => Ok(n),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether this host lets sockets use Fast Open as a client (bit 1 of
+/// net.ipv4.tcp_fastopen) and as a server (bit 2); the sysctl covers IPv6 too.
+pub fn fastopen_enabled() -> (bool, bool) {
+    let v: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    (v & 1 != 0, v & 2 != 0)
 }
 
 /// Maps `::ffff:a.b.c.d` to `a.b.c.d` (a dual-stack listener reports IPv4 peers that way).

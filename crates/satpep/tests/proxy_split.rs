@@ -536,3 +536,115 @@ fn stopping_the_proxy_resets_live_connections_instead_of_ending_them_cleanly() {
         "a cut transfer must not end with a clean EOF"
     );
 }
+
+/// A counter from `nstat` in `host`'s namespace.
+fn nstat(lab: &Lab, host: Host, name: &str) -> u64 {
+    let out = lab
+        .command(host, "nstat")
+        .args(["-az", name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The routes out of the routers' link-facing interface, both families.
+fn link_routes(lab: &Lab, host: Host) -> String {
+    let mut s = String::new();
+    for fam in ["-4", "-6"] {
+        let out = lab
+            .command(host, "ip")
+            .args([fam, "route", "show", "dev", "to-link"])
+            .output()
+            .unwrap();
+        s += &String::from_utf8_lossy(&out.stdout);
+    }
+    s
+}
+
+#[test]
+fn satellite_leg_gets_its_initial_windows_mss_and_fast_open() {
+    let link = "[both]\nrate='100Mbit'\ndelay='20ms'\n";
+    let mut lab = lab("ptune", link);
+    for host in [Host::Terminal, Host::Gateway] {
+        let ok = lab
+            .command(host, "sysctl")
+            .args(["-qw", "net.ipv4.tcp_fastopen=3"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let spec: satpep_link::config::LinkSpec = toml::from_str(link).unwrap();
+    let spec = satpep_link::config::LinkSpec::layered(&[&spec]).unwrap();
+    lab.start_proxies(
+        &spec,
+        &Pep {
+            cc: Some("cubic".into()),
+            satellite_toml: Some(
+                "interface = \"to-link\"\ninitcwnd = 40\ninitrwnd = 40\nmss = 1200\nfastopen = true\n"
+                    .into(),
+            ),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for host in [Host::Terminal, Host::Gateway] {
+        let r = link_routes(&lab, host);
+        assert_eq!(
+            r.matches("initcwnd 40").count(),
+            r.lines().filter(|l| !l.starts_with("fe80")).count(),
+            "every route out of the satellite interface of the {host:?}:\n{r}"
+        );
+        let out = lab
+            .command(host, "nft")
+            .args(["list", "table", "inet", "satpep"])
+            .output()
+            .unwrap();
+        let t = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(t.matches("maxseg size set 1200").count(), 2, "{t}");
+    }
+    echo_server(&lab, 9006);
+    // The first connection learns the gateway's Fast Open cookie; the next ones use it.
+    let kept = in_netns(&lab.ns(Host::Client), || {
+        let mut last = None;
+        for i in 0..3 {
+            let mut s = TcpStream::connect("198.18.3.2:9006").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            echo(&mut s, i);
+            last = Some(s);
+        }
+        last.unwrap()
+    })
+    .join()
+    .unwrap();
+    assert!(nstat(&lab, Host::Terminal, "TcpExtTCPFastOpenActive") >= 1);
+    assert!(nstat(&lab, Host::Gateway, "TcpExtTCPFastOpenPassive") >= 1);
+    for host in [Host::Terminal, Host::Gateway] {
+        let out = lab
+            .command(host, bin())
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let c = &st["connections"][0];
+        // One byte each way is not enough to grow or shrink either window.
+        assert_eq!(c["satellite"]["cwnd"], 40, "{host:?}: {st}");
+        // The terrestrial leg keeps the kernel's 10 (bbr may already be at 11).
+        assert!(
+            c["terrestrial"]["cwnd"].as_u64().unwrap() <= 11,
+            "{host:?}: {st}"
+        );
+        let mss = c["satellite"]["mss"].as_u64().unwrap();
+        assert!(mss <= 1200, "{host:?}: {st}");
+        assert!(c["terrestrial"]["mss"].as_u64().unwrap() > 1200, "{st}");
+    }
+    drop(kept);
+    lab.stop_proxies();
+    for host in [Host::Terminal, Host::Gateway] {
+        let r = link_routes(&lab, host);
+        assert!(!r.contains("initcwnd"), "routes restored on exit:\n{r}");
+    }
+}
