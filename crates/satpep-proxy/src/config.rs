@@ -64,6 +64,12 @@ pub struct ProxySection {
     /// Which side of the proxy the satellite is on: "upstream" (the proxy sits at the
     /// terminal; servers are across the satellite) or "downstream" (at the gateway).
     pub satellite_side: String,
+    /// When the client's handshake completes: "fast" (at once; a refused or unreachable
+    /// server then resets the client) or "strict" (after the server's did; the client sees
+    /// refusal, unreachability and slowness as from the server itself).
+    pub handshake: String,
+    /// NFQUEUE number that holds SYNs in strict mode.
+    pub queue: u16,
     /// Relay buffer per direction per connection.
     pub buffer: String,
     /// How bytes move between the legs: "splice" (zero-copy through a kernel pipe) or "copy"
@@ -86,6 +92,8 @@ impl Default for ProxySection {
             mark: 0x5350,
             table: 0x5350,
             satellite_side: "upstream".into(),
+            handshake: "fast".into(),
+            queue: 0x5350,
             buffer: "256KiB".into(),
             relay: "splice".into(),
             max_connections: 10_000,
@@ -173,6 +181,10 @@ pub struct ProxyConfig {
     pub table: u32,
     /// True when the satellite is on the upstream (server) side.
     pub satellite_upstream: bool,
+    /// Strict handshake (SYN held until the server answers).
+    pub strict: bool,
+    /// NFQUEUE number for held SYNs.
+    pub queue: u16,
     /// Relay buffer bytes per direction.
     pub buffer: usize,
     /// Zero-copy relay (splice) rather than copying.
@@ -337,6 +349,15 @@ impl ProxyFile {
                 "proxy.buffer: {buffer} bytes is outside 4 KiB … 16 MiB"
             ));
         }
+        let strict = match p.handshake.as_str() {
+            "fast" => false,
+            "strict" => true,
+            other => {
+                return Err(format!(
+                    "proxy.handshake: '{other}' (use \"fast\" or \"strict\")"
+                ))
+            }
+        };
         let splice = match p.relay.as_str() {
             "splice" => true,
             "copy" => false,
@@ -364,6 +385,8 @@ impl ProxyFile {
             table: p.table,
             satellite_upstream,
             buffer: buffer as usize,
+            strict,
+            queue: p.queue,
             splice,
             max_connections: p.max_connections,
             max_memory,
@@ -455,6 +478,8 @@ mod tests {
             ("[proxy]\nsatellite_side='left'", "proxy.satellite_side"),
             ("[proxy]\nbuffer='1B'", "proxy.buffer"),
             ("[proxy]\nrelay='mmap'", "proxy.relay"),
+            ("[proxy]\nhandshake='slow'", "proxy.handshake"),
+            ("[proxy]\nqueue=70000", "queue"),
             ("[proxy]\nmax_memory='120%'", "proxy.max_memory"),
             ("[proxy]\nmax_memory='10KiB'", "proxy.max_memory"),
             ("[intercept]\nsources=['10.0.0.0/33']", "intercept.sources"),

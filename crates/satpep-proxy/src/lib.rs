@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod control;
+pub mod hold;
 pub mod netfilter;
 pub mod registry;
 pub mod relay;

@@ -23,28 +23,49 @@ fn split(nets: &[IpNet]) -> (Vec<IpNet>, Vec<IpNet>) {
     nets.iter().partition(|n| matches!(n, IpNet::V4(_)))
 }
 
-/// The nftables ruleset for `cfg`, as text for `nft -f`.
+/// Marks derived from `proxy.mark` (M). M itself routes a packet to the local listener.
+pub struct Marks {
+    /// M: deliver locally (TPROXY, replies to the proxy's transparent sockets).
+    pub local: u32,
+    /// A new SYN held in the queue until the server answers (strict handshake).
+    pub hold: u32,
+    /// Verdict: the server refused; the client gets a TCP reset.
+    pub refused: u32,
+    /// Verdict: the server is unreachable or silent; the client gets host-unreachable.
+    pub unreachable: u32,
+    /// The proxy's upstream sockets (SO_MARK), whose packets live in conntrack zone
+    /// [`UPSTREAM_ZONE`] so they never clash with the client's connection of the same tuple.
+    pub upstream: u32,
+}
+
+/// Conntrack zone of the upstream legs.
+pub const UPSTREAM_ZONE: u16 = 0x5350;
+
+impl Marks {
+    /// The marks for base mark `m`.
+    pub fn new(m: u32) -> Marks {
+        Marks {
+            local: m,
+            hold: m.wrapping_add(1),
+            refused: m.wrapping_add(2),
+            unreachable: m.wrapping_add(3),
+            upstream: m.wrapping_add(4),
+        }
+    }
+}
+
+/// The nftables ruleset for `cfg`.
 pub fn ruleset(cfg: &ProxyConfig) -> String {
-    let mark = format!("0x{:x}", cfg.mark);
-    let mut r = vec![
-        format!("table inet {TABLE} {{"),
-        "  # Holds `tcp` while the proxy is at its connection limit: new connections bypass it."
-            .into(),
-        "  set overload { type inet_proto; }".into(),
-        "  counter bypassed {}".into(),
-        "  chain prerouting {".into(),
-        "    type filter hook prerouting priority mangle; policy accept;".into(),
-        "    # Packets for the proxy's own transparent sockets (replies to upstream connections)."
-            .into(),
-        format!("    meta l4proto tcp socket transparent 1 meta mark set {mark} accept"),
-    ];
+    let k = Marks::new(cfg.mark);
+    let hex = |v: u32| format!("0x{v:x}");
+    let mark = hex(k.local);
     let ifs = if cfg.interfaces.is_empty() {
         String::new()
     } else {
         let q: Vec<String> = cfg.interfaces.iter().map(|i| format!("\"{i}\"")).collect();
         format!("iifname {} ", set(&q))
     };
-    r.push("    # Exclusions.".into());
+    let mut exclusions = vec!["    # Exclusions.".to_string()];
     let (ex_s4, ex_s6) = split(&cfg.exclude_sources);
     let (ex_d4, ex_d6) = split(&cfg.exclude_destinations);
     for (fam, key, list) in [
@@ -54,11 +75,11 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         ("ip6", "daddr", &ex_d6),
     ] {
         if !list.is_empty() {
-            r.push(format!("    {fam} {key} {} return", set(list)));
+            exclusions.push(format!("    {fam} {key} {} return", set(list)));
         }
     }
     if !cfg.exclude_ports.is_empty() {
-        r.push(format!("    tcp dport {} return", set(&cfg.exclude_ports)));
+        exclusions.push(format!("    tcp dport {} return", set(&cfg.exclude_ports)));
     }
     let ports = if cfg.ports.is_empty() {
         String::new()
@@ -67,7 +88,8 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
     };
     let (s4, s6) = split(&cfg.sources);
     let (d4, d6) = split(&cfg.destinations);
-    r.push("    # Selected connections go to the proxy.".into());
+    // One selector per family: (family, match of selected new connections).
+    let mut selectors = Vec::new();
     for (fam, s, d) in [("ip", &s4, &d4), ("ip6", &s6, &d6)] {
         // A family the user restricted to nothing is not intercepted at all.
         if (!cfg.sources.is_empty() && s.is_empty())
@@ -87,7 +109,74 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         }
         // Only new connections are diverted: packets of connections the proxy does not hold
         // (bypassed, or older than the proxy) are forwarded, never reset by the listener.
-        let sel = format!("{ifs}{m}meta l4proto tcp {ports}ct state new ");
+        selectors.push((
+            fam,
+            format!("{ifs}{m}meta l4proto tcp {ports}ct state new "),
+        ));
+    }
+    let mut r = vec![
+        format!("table inet {TABLE} {{"),
+        "  # Holds `tcp` while the proxy is at a limit: new connections bypass it.".into(),
+        "  set overload { type inet_proto; }".into(),
+        "  counter bypassed {}".into(),
+        "  # The upstream legs live in their own conntrack zone: in strict mode the client's held"
+            .into(),
+        "  # SYN and the proxy's own SYN have the same addresses and would clash.".into(),
+        "  chain upstream_out {".into(),
+        "    type filter hook output priority raw; policy accept;".into(),
+        format!(
+            "    meta mark {} ct zone set {UPSTREAM_ZONE}",
+            hex(k.upstream)
+        ),
+        "  }".into(),
+        "  chain upstream_in {".into(),
+        "    type filter hook prerouting priority raw; policy accept;".into(),
+        format!(
+            "    meta l4proto tcp socket mark {} ct zone set {UPSTREAM_ZONE}",
+            hex(k.upstream)
+        ),
+        "  }".into(),
+    ];
+    if cfg.strict {
+        r.push(
+            "  # Strict handshake: selected new SYNs are marked to be held (queued by the".into(),
+        );
+        r.push("  # xtables mangle chain SATPEP_HOLD) until the server has answered.".into());
+        r.push("  chain hold {".into());
+        r.push("    type filter hook prerouting priority mangle - 1; policy accept;".into());
+        r.push(format!("    meta mark != 0 return"));
+        r.extend(exclusions.iter().cloned());
+        for (_, sel) in &selectors {
+            r.push(format!("    {sel}meta l4proto @overload return"));
+            r.push(format!(
+                "    {sel}tcp flags & (fin | syn | rst | ack) == syn meta mark set {}",
+                hex(k.hold)
+            ));
+        }
+        r.push("  }".into());
+    }
+    r.push("  chain prerouting {".into());
+    r.push("    type filter hook prerouting priority mangle + 1; policy accept;".into());
+    r.push(
+        "    # Packets for the proxy's own transparent sockets (replies to upstream connections)."
+            .into(),
+    );
+    r.push(format!(
+        "    meta l4proto tcp socket transparent 1 meta mark set {mark} accept"
+    ));
+    if cfg.strict {
+        r.push(
+            "    # Held SYNs whose server refused or is unreachable: rejected in forward.".into(),
+        );
+        r.push(format!(
+            "    meta mark {{ {}, {} }} accept",
+            hex(k.refused),
+            hex(k.unreachable)
+        ));
+    }
+    r.extend(exclusions);
+    r.push("    # Selected connections go to the proxy.".into());
+    for (fam, sel) in &selectors {
         r.push(format!(
             "    {sel}meta l4proto @overload counter name bypassed return"
         ));
@@ -102,9 +191,19 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         .iter()
         .filter_map(|l| Some((l.interface.as_ref()?, l.mss?)))
         .collect();
-    if !clamps.is_empty() {
+    if !clamps.is_empty() || cfg.strict {
         r.push("  chain forward {".into());
         r.push("    type filter hook forward priority mangle; policy accept;".into());
+        if cfg.strict {
+            r.push(format!(
+                "    meta mark {} reject with tcp reset",
+                hex(k.refused)
+            ));
+            r.push(format!(
+                "    meta mark {} reject with icmpx host-unreachable",
+                hex(k.unreachable)
+            ));
+        }
         for (dev, mss) in clamps {
             for dir in ["iifname", "oifname"] {
                 r.push(format!(
@@ -171,10 +270,79 @@ pub fn bypassed() -> Result<u64, String> {
         .ok_or_else(|| "cannot read the bypassed counter".into())
 }
 
+/// The xtables chain that queues held SYNs (nftables' own `queue` needs nft_queue, which
+/// kernels often lack; the xtables NFQUEUE target is always there with iptables-nft).
+const HOLD_CHAIN: &str = "SATPEP_HOLD";
+
+/// Installs the queueing of held SYNs, IPv4 and IPv6.
+fn install_hold(cfg: &ProxyConfig) -> Result<(), String> {
+    let hold = format!("0x{:x}", Marks::new(cfg.mark).hold);
+    let q = cfg.queue.to_string();
+    for prog in ["iptables", "ip6tables"] {
+        for args in [
+            vec!["-w", "-t", "mangle", "-N", HOLD_CHAIN],
+            vec![
+                "-w",
+                "-t",
+                "mangle",
+                "-A",
+                HOLD_CHAIN,
+                "-m",
+                "mark",
+                "--mark",
+                &hold,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                &q,
+                "--queue-bypass",
+            ],
+            vec!["-w", "-t", "mangle", "-I", "PREROUTING", "-j", HOLD_CHAIN],
+        ] {
+            run(prog, &args, None).map_err(|e| {
+                format!("proxy.handshake = \"strict\" needs iptables' NFQUEUE target: {e}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the queueing of held SYNs, and the xtables mangle table if it was only there for
+/// it. Touches xtables only where the chain exists (iptables-nft creates tables on use).
+fn cleanup_hold(found: &mut Vec<String>) {
+    for (fam, prog) in [("ip", "iptables"), ("ip6", "ip6tables")] {
+        if run("nft", &["list", "chain", fam, "mangle", HOLD_CHAIN], None).is_err() {
+            continue;
+        }
+        while run(
+            prog,
+            &["-w", "-t", "mangle", "-D", "PREROUTING", "-j", HOLD_CHAIN],
+            None,
+        )
+        .is_ok()
+        {}
+        let _ = run(prog, &["-w", "-t", "mangle", "-F", HOLD_CHAIN], None);
+        let _ = run(prog, &["-w", "-t", "mangle", "-X", HOLD_CHAIN], None);
+        found.push(format!("{prog} mangle chain {HOLD_CHAIN}"));
+        let left = run("nft", &["list", "table", fam, "mangle"], None).unwrap_or_default();
+        let rules = left.lines().map(str::trim).filter(|l| {
+            !(l.is_empty()
+                || l.starts_with("table ")
+                || l.starts_with("chain ")
+                || l.starts_with("type ")
+                || *l == "}")
+        });
+        if rules.count() == 0 {
+            let _ = run("nft", &["delete", "table", fam, "mangle"], None);
+        }
+    }
+}
+
 /// Removes satpep's table, policy rules and routes, whatever is left of them. Returns what
 /// was found.
 pub fn cleanup(mark: u32, table: u32) -> Vec<String> {
     let mut found = Vec::new();
+    cleanup_hold(&mut found);
     let routes = crate::routes::restore(table);
     if routes > 0 {
         found.push(format!("initial windows on {routes} routes"));
@@ -235,6 +403,13 @@ pub fn install(cfg: &ProxyConfig) -> Result<(), String> {
         .iter()
         .try_for_each(|(p, a)| run(p, a, None).map(|_| ()))
         .and_then(|_| run("nft", &["-f", "-"], Some(&ruleset(cfg))).map(|_| ()))
+        .and_then(|_| {
+            if cfg.strict {
+                install_hold(cfg)
+            } else {
+                Ok(())
+            }
+        })
         .and_then(|_| {
             let legs: Vec<_> = [&cfg.satellite, &cfg.terrestrial]
                 .iter()

@@ -73,7 +73,25 @@ pub async fn run(
         }
         None => None,
     };
-    netfilter::install(&cfg)?;
+    // The queue is read before the rules that fill it exist.
+    let holder = if cfg.strict {
+        Some(crate::hold::start(
+            cfg.queue,
+            cfg.mark,
+            Arc::new(up_leg.clone()),
+            CONNECT_TIMEOUT,
+            registry.clone(),
+            tokio::runtime::Handle::current(),
+        )?)
+    } else {
+        None
+    };
+    if let Err(e) = netfilter::install(&cfg) {
+        if let Some(h) = &holder {
+            h.stop();
+        }
+        return Err(e);
+    }
     info!(
         port = cfg.port,
         mark = cfg.mark,
@@ -116,11 +134,12 @@ pub async fn run(
                 Ok((client, peer)) => {
                     let (cfg, reg, dl, ul) = (cfg.clone(), registry.clone(), down_leg.clone(), up_leg.clone());
                     let adm = admission.clone();
+                    let held = holder.clone();
                     // Counted from accept, so the limit holds while upstream connects are pending.
                     reg.counters.active.fetch_add(1, Relaxed);
                     adm.update(&reg.counters);
                     tokio::spawn(async move {
-                        handle(client, peer, cfg, reg.clone(), dl, ul).await;
+                        handle(client, peer, cfg, reg.clone(), dl, ul, held).await;
                         reg.counters.active.fetch_sub(1, Relaxed);
                         tokio::task::spawn_blocking(move || adm.update(&reg.counters));
                     });
@@ -139,6 +158,9 @@ pub async fn run(
         warn!(live, "stopping: resetting live connections");
     }
     sampler.abort();
+    if let Some(h) = &holder {
+        h.stop();
+    }
     netfilter::cleanup(cfg.mark, cfg.table);
     if let Some(c) = control {
         c.abort();
@@ -233,6 +255,7 @@ async fn handle(
     reg: Arc<Registry>,
     down_leg: Arc<crate::config::Leg>,
     up_leg: Arc<crate::config::Leg>,
+    holder: Option<Arc<crate::hold::Holder>>,
 ) {
     let c = &reg.counters;
     c.total.fetch_add(1, Relaxed);
@@ -245,18 +268,24 @@ async fn handle(
     if let Err(e) = tune(SockRef::from(&client), &down_leg) {
         warn!(%src, %dst, error = %e, "tuning the downstream leg failed");
     }
+    // In strict mode the server has usually answered already, while the client's SYN was held.
+    let ready = holder.and_then(|h| h.take(&(src, dst)));
     // With Fast Open, the client's first bytes ride in the server's SYN. They usually follow
     // the handshake's last ACK at once; a client that waits for the server to speak first
     // costs FASTOPEN_WAIT.
     let mut first = Vec::new();
-    if up_leg.fastopen {
+    if up_leg.fastopen && ready.is_none() {
         let _ = tokio::time::timeout(FASTOPEN_WAIT, client.readable()).await;
         first.resize(16 * 1024, 0);
         let n = client.try_read(&mut first).unwrap_or(0);
         first.truncate(n);
     }
+    let upstream_mark = netfilter::Marks::new(cfg.mark).upstream;
     let connect = async {
-        let sock = upstream(src, &up_leg)?;
+        if let Some(s) = ready {
+            return Ok(s);
+        }
+        let sock = upstream(src, &up_leg, upstream_mark)?;
         if first.is_empty() {
             return tokio::net::TcpSocket::from_std_stream(sock.into())
                 .connect(dst)

@@ -107,8 +107,8 @@ pub fn listener(port: u16, leg: &Leg) -> io::Result<std::net::TcpListener> {
 }
 
 /// An unconnected, non-blocking socket bound to the client's address (so the server sees the
-/// client), tuned for `leg`.
-pub fn upstream(client: SocketAddr, leg: &Leg) -> io::Result<Socket> {
+/// client), tuned for `leg`, with firewall mark `mark` (its conntrack zone).
+pub fn upstream(client: SocketAddr, leg: &Leg, mark: u32) -> io::Result<Socket> {
     let v6 = client.is_ipv6();
     let s = Socket::new(
         if v6 { Domain::IPV6 } else { Domain::IPV4 },
@@ -117,6 +117,7 @@ pub fn upstream(client: SocketAddr, leg: &Leg) -> io::Result<Socket> {
     )?;
     set_transparent(&s, v6)?;
     s.set_reuse_address(true)?;
+    s.set_mark(mark)?;
     tune(SockRef::from(&s), leg)?;
     s.bind(&client.into())?;
     s.set_nonblocking(true)?;
