@@ -179,6 +179,8 @@ pub struct Pep {
     pub max_connections: Option<u32>,
     /// Relay method, "splice" or "copy" (default: the proxy's).
     pub relay: Option<String>,
+    /// Handshake mode, "fast" or "strict" (default: the proxy's).
+    pub handshake: Option<String>,
     /// Memory limit of each proxy, e.g. "64MiB" (default: the proxy's).
     pub max_memory: Option<String>,
     /// More `[satellite]` keys for both proxies, as TOML lines (e.g. "initcwnd = 40").
@@ -712,6 +714,11 @@ impl Lab {
                     .max_memory
                     .as_ref()
                     .map(|m| format!("max_memory = \"{m}\"\n"))
+                    .unwrap_or_default()
+                + &pep
+                    .handshake
+                    .as_ref()
+                    .map(|h| format!("handshake = \"{h}\"\n"))
                     .unwrap_or_default()
                 + &pep
                     .relay

@@ -132,7 +132,7 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         "  chain upstream_in {".into(),
         "    type filter hook prerouting priority raw; policy accept;".into(),
         format!(
-            "    meta l4proto tcp socket mark {} ct zone set {UPSTREAM_ZONE}",
+            "    meta l4proto {{ tcp, icmp, ipv6-icmp }} socket mark {} ct zone set {UPSTREAM_ZONE}",
             hex(k.upstream)
         ),
         "  }".into(),
@@ -144,7 +144,7 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         r.push("  # xtables mangle chain SATPEP_HOLD) until the server has answered.".into());
         r.push("  chain hold {".into());
         r.push("    type filter hook prerouting priority mangle - 1; policy accept;".into());
-        r.push(format!("    meta mark != 0 return"));
+        r.push("    meta mark != 0 return".into());
         r.extend(exclusions.iter().cloned());
         for (_, sel) in &selectors {
             r.push(format!("    {sel}meta l4proto @overload return"));
@@ -163,6 +163,12 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
     );
     r.push(format!(
         "    meta l4proto tcp socket transparent 1 meta mark set {mark} accept"
+    ));
+    r.push(
+        "    # ICMP errors about their packets (a router saying the server is unreachable).".into(),
+    );
+    r.push(format!(
+        "    meta l4proto {{ icmp, ipv6-icmp }} socket transparent 1 meta mark set {mark} accept"
     ));
     if cfg.strict {
         r.push(

@@ -48,6 +48,10 @@ enum LabSub {
         /// PEPsal); the gateway stays a plain router.
         #[arg(long)]
         terminal_only: bool,
+        /// With --pep split: when the client's handshake completes. fast: at once (a refused
+        /// server then resets the client); strict: only after the server's did.
+        #[arg(long, value_name = "MODE", value_parser = ["fast", "strict"])]
+        handshake: Option<String>,
         #[command(flatten)]
         link: Box<LinkArgs>,
     },
@@ -93,12 +97,16 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             pep,
             cc,
             terminal_only,
+            handshake,
             link,
         } => {
             let spec = link.spec()?;
             let cfg = spec.resolve()?;
             let pep = match pep.as_str() {
                 "none" if cc.is_some() => return Err("--cc needs a PEP mode (--pep split)".into()),
+                "none" if handshake.is_some() => {
+                    return Err("--handshake needs a PEP mode (--pep split)".into())
+                }
                 "none" if terminal_only => {
                     return Err("--terminal-only needs a PEP mode (--pep split)".into())
                 }
@@ -106,6 +114,7 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
                 "split" => Some(satpep_lab::topology::Pep {
                     cc,
                     terminal_only,
+                    handshake,
                     ..Default::default()
                 }),
                 "tunnel" => return Err("--pep tunnel: the tunnel mode does not exist yet".into()),

@@ -649,3 +649,87 @@ fn satellite_leg_gets_its_initial_windows_mss_and_fast_open() {
         assert!(!r.contains("initcwnd"), "routes restored on exit:\n{r}");
     }
 }
+
+#[test]
+fn strict_handshake_answers_the_client_as_the_server_did() {
+    // 200 ms RTT across the link; both proxies hold the client's SYN until the server answers.
+    let lab = lab_with(
+        "pstr",
+        "[both]\nrate='20Mbit'\ndelay='100ms'\n",
+        Some(Pep {
+            cc: Some("cubic".into()),
+            handshake: Some("strict".into()),
+            ..Default::default()
+        }),
+    );
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("[::]:9010").unwrap()
+    })
+    .join()
+    .unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, peer) = listener.accept().unwrap();
+        s.write_all(b"hello").unwrap();
+        peer
+    });
+    let results = in_netns(&lab.ns(Host::Client), || {
+        let timed = |dst: &str| {
+            let t = std::time::Instant::now();
+            let r = TcpStream::connect_timeout(&dst.parse().unwrap(), Duration::from_secs(10));
+            (r, t.elapsed())
+        };
+        let (open, t_open) = timed("198.18.3.2:9010");
+        let mut open = open.expect("open port");
+        let mut hello = [0u8; 5];
+        open.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello, b"hello");
+        let (refused, t_refused) = timed("198.18.3.2:9011");
+        let (unreach4, t_unreach4) = timed("198.18.4.1:80");
+        let (unreach6, t_unreach6) = timed("[2001:2:0:4::1]:80");
+        let kinds: Vec<Option<i32>> = [refused, unreach4, unreach6]
+            .into_iter()
+            .map(|r| r.err().and_then(|e| e.raw_os_error()))
+            .collect();
+        (kinds, [t_open, t_refused, t_unreach4, t_unreach6])
+    })
+    .join()
+    .unwrap();
+    let (kinds, times) = results;
+    assert_eq!(
+        kinds,
+        vec![
+            Some(libc::ECONNREFUSED),
+            Some(libc::EHOSTUNREACH),
+            Some(libc::EHOSTUNREACH)
+        ],
+        "refused, then unreachable over IPv4 and IPv6"
+    );
+    // Every answer took the server's round trip: nothing was answered on its behalf.
+    for t in times {
+        assert!(
+            (Duration::from_millis(195)..Duration::from_millis(1000)).contains(&t),
+            "{times:?}"
+        );
+    }
+    // Transparent as in fast mode.
+    let peer = server.join().unwrap();
+    assert_eq!(peer.ip().to_canonical().to_string(), "198.18.1.2");
+    let log = std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name))
+        .unwrap();
+    assert!(log.contains("server refused"), "{log}");
+    // The queueing is removed with the rest.
+    let mut lab = lab;
+    lab.stop_proxies();
+    for host in [Host::Terminal, Host::Gateway] {
+        let out = lab
+            .command(host, "nft")
+            .args(["list", "tables"])
+            .output()
+            .unwrap();
+        let t = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !t.contains("mangle") && !t.contains("satpep\n"),
+            "{host:?}: {t}"
+        );
+    }
+}
