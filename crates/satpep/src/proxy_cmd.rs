@@ -17,9 +17,9 @@ client. Each leg gets its own congestion control and buffers from the config. Ev
 installed is removed on exit, and first thing at the next start after a crash \
 (or with --cleanup).
 
-With proxy.handshake = "fast" (default) the client is answered at once, and a refused or \
+With proxy.handshake = \"fast\" (default) the client is answered at once, and a refused or \
 unreachable server shows to the client as a connection that is accepted and then reset. With \
-"strict" the client's SYN is held (NFQUEUE, via iptables) until the server has answered, so \
+\"strict\" the client's SYN is held (NFQUEUE, via iptables) until the server has answered, so \
 the client sees the server's own answer: accepted, refused or unreachable.
 
 Example: satpep proxy --config /etc/satpep/proxy.toml    (see docs/proxy.md)"
