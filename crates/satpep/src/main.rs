@@ -1,6 +1,7 @@
 //! `satpep`: a performance-enhancing proxy for TCP over satellite links, with its link emulator
 //! and test lab.
 
+mod cc_cmd;
 mod lab_cmd;
 mod link_cmd;
 mod proxy_cmd;
@@ -36,6 +37,8 @@ enum Cmd {
     Proxy(proxy_cmd::ProxyCmd),
     #[command(about = "Show a running proxy's live connections")]
     Status(status_cmd::StatusCmd),
+    #[command(about = "List, load and unload satpep's BPF congestion controls (Hybla, …)")]
+    Cc(cc_cmd::CcCmd),
 }
 
 fn main() {
@@ -45,6 +48,7 @@ fn main() {
         Cmd::Lab(c) => lab_cmd::main(c),
         Cmd::Proxy(c) => proxy_cmd::main(c),
         Cmd::Status(c) => status_cmd::main(c),
+        Cmd::Cc(c) => cc_cmd::main(c),
     };
     if let Err(e) = r {
         eprintln!("satpep: error: {e}");

@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * What satpep's congestion controls need from the kernel: the types they touch, declared with
+ * only the fields they use, plus small helpers. Every struct is marked preserve_access_index,
+ * so libbpf relocates each field access against the running kernel's BTF (CO-RE): the layout
+ * written here does not matter, only the field names and types do, and no vmlinux.h is needed.
+ */
+#ifndef SATPEP_TCP_H
+#define SATPEP_TCP_H
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed int __s32;
+typedef signed long long __s64;
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
+typedef __s32 s32;
+typedef __s64 s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+#define true 1
+#define false 0
+#define NULL ((void *)0)
+
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#pragma clang attribute push (__attribute__((preserve_access_index)), apply_to = record)
+
+struct sock_common {
+	unsigned char skc_state;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	u32 sk_pacing_status;
+	unsigned long sk_pacing_rate;
+	unsigned long sk_max_pacing_rate;
+};
+
+struct inet_sock {
+	struct sock sk;
+};
+
+struct inet_connection_sock {
+	struct inet_sock icsk_inet;
+	__u8 icsk_ca_state:5;
+	u64 icsk_ca_priv[13];
+};
+
+struct minmax_sample {
+	u32 t;
+	u32 v;
+};
+
+struct minmax {
+	struct minmax_sample s[3];
+};
+
+struct tcp_sock {
+	struct inet_connection_sock inet_conn;
+	u32 snd_cwnd;
+	u32 snd_cwnd_cnt;
+	u32 snd_cwnd_clamp;
+	u32 snd_ssthresh;
+	u32 prior_cwnd;
+	u32 mss_cache;
+	u32 srtt_us;
+	u32 packets_out;
+	u32 sacked_out;
+	u32 lost_out;
+	u32 retrans_out;
+	u32 max_packets_out;
+	u8 is_cwnd_limited:1;
+	u32 snd_una;
+	u32 snd_nxt;
+	u32 delivered;
+	u64 tcp_mstamp;
+	u64 delivered_mstamp;
+	u64 bytes_acked;
+	struct minmax rtt_min;
+};
+
+struct ack_sample {
+	u32 pkts_acked;
+	s32 rtt_us;
+	u32 in_flight;
+};
+
+struct rate_sample {
+	u64 prior_mstamp;
+	u32 prior_delivered;
+	s32 delivered;
+	long interval_us;
+	long rtt_us;
+	int losses;
+	u32 acked_sacked;
+	u32 prior_in_flight;
+	bool is_app_limited;
+};
+
+struct tcp_congestion_ops {
+	u32 (*ssthresh)(struct sock *sk);
+	void (*cong_avoid)(struct sock *sk, u32 ack, u32 acked);
+	void (*set_state)(struct sock *sk, u8 new_state);
+	void (*cwnd_event)(struct sock *sk, int ev);
+	void (*in_ack_event)(struct sock *sk, u32 flags);
+	void (*pkts_acked)(struct sock *sk, const struct ack_sample *sample);
+	u32 (*min_tso_segs)(struct sock *sk);
+	void (*cong_control)(struct sock *sk, u32 ack, int flag, const struct rate_sample *rs);
+	u32 (*undo_cwnd)(struct sock *sk);
+	u32 (*sndbuf_expand)(struct sock *sk);
+	void (*init)(struct sock *sk);
+	void (*release)(struct sock *sk);
+	char name[16];
+	u32 flags;
+};
+
+#pragma clang attribute pop
+
+/* enum tcp_ca_event */
+#define CA_EVENT_TX_START 0
+#define CA_EVENT_CWND_RESTART 1
+#define CA_EVENT_COMPLETE_CWR 2
+#define CA_EVENT_LOSS 3
+
+/* enum tcp_ca_state */
+#define TCP_CA_Open 0
+#define TCP_CA_Disorder 1
+#define TCP_CA_CWR 2
+#define TCP_CA_Recovery 3
+#define TCP_CA_Loss 4
+
+/* enum tcp_ca_ack_event_flags */
+#define CA_ACK_SLOWPATH (1 << 0)
+#define CA_ACK_WIN_UPDATE (1 << 1)
+#define CA_ACK_ECE (1 << 2)
+
+#define SK_PACING_NEEDED 1
+#define TCP_INFINITE_SSTHRESH 0x7fffffff
+#define USEC_PER_MSEC 1000ULL
+#define USEC_PER_SEC 1000000ULL
+
+#define min(a, b) ((a) < (b) ? (a) : (b))
+#define max(a, b) ((a) > (b) ? (a) : (b))
+
+/* The kernel's own Reno pieces, callable from BPF congestion controls (kfuncs). */
+extern void tcp_slow_start(struct tcp_sock *tp, u32 acked) __ksym;
+extern void tcp_cong_avoid_ai(struct tcp_sock *tp, u32 w, u32 acked) __ksym;
+extern u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
+extern void tcp_reno_cong_avoid(struct sock *sk, u32 ack, u32 acked) __ksym;
+extern u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
+
+static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
+{
+	return (struct tcp_sock *)sk;
+}
+
+static __always_inline struct inet_connection_sock *inet_csk(const struct sock *sk)
+{
+	return (struct inet_connection_sock *)sk;
+}
+
+/* The congestion control's private per-socket state (icsk_ca_priv, 104 bytes). */
+static __always_inline void *inet_csk_ca(const struct sock *sk)
+{
+	return (void *)inet_csk(sk)->icsk_ca_priv;
+}
+
+static __always_inline u8 ca_state(const struct sock *sk)
+{
+	return BPF_CORE_READ_BITFIELD(inet_csk(sk), icsk_ca_state);
+}
+
+static __always_inline bool tcp_in_slow_start(const struct tcp_sock *tp)
+{
+	return tp->snd_cwnd < tp->snd_ssthresh;
+}
+
+/* As the kernel's tcp_is_cwnd_limited(): grow only when the window, not the application,
+ * limits sending; in slow start, while cwnd is below twice what was in flight. */
+static __always_inline bool tcp_is_cwnd_limited(const struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	if (tcp_in_slow_start(tp))
+		return tp->snd_cwnd < 2 * tp->max_packets_out;
+	return BPF_CORE_READ_BITFIELD(tp, is_cwnd_limited);
+}
+
+static __always_inline u32 tcp_packets_in_flight(const struct tcp_sock *tp)
+{
+	return tp->packets_out - (tp->sacked_out + tp->lost_out) + tp->retrans_out;
+}
+
+/* Minimum RTT the kernel tracks (windowed min filter), microseconds; ~0U before a sample. */
+static __always_inline u32 tcp_min_rtt(const struct tcp_sock *tp)
+{
+	return tp->rtt_min.s[0].v;
+}
+
+/* Asks the kernel to pace this socket itself (without the fq qdisc): it then spreads each
+ * window over the RTT at 2x the window rate in slow start and 1.2x in avoidance. */
+static __always_inline void enable_pacing(struct sock *sk)
+{
+	if (sk->sk_pacing_status == 0)
+		sk->sk_pacing_status = SK_PACING_NEEDED;
+}
+
+#endif
