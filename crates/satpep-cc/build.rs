@@ -10,6 +10,7 @@ const CCS: &[&str] = &["satpep_hybla"];
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed=src/bpf/satpep_tcp.h");
+    println!("cargo:rerun-if-changed=src/bpf/hybla_growth.h");
     for cc in CCS {
         let src = format!("src/bpf/{cc}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

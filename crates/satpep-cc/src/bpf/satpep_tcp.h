@@ -86,6 +86,8 @@ struct tcp_sock {
 	u64 delivered_mstamp;
 	u64 bytes_acked;
 	struct minmax rtt_min;
+	u32 rate_delivered;
+	u32 rate_interval_us;
 };
 
 struct ack_sample {
@@ -152,7 +154,7 @@ struct tcp_congestion_ops {
 #define max(a, b) ((a) > (b) ? (a) : (b))
 
 /* The kernel's own Reno pieces, callable from BPF congestion controls (kfuncs). */
-extern void tcp_slow_start(struct tcp_sock *tp, u32 acked) __ksym;
+extern u32 tcp_slow_start(struct tcp_sock *tp, u32 acked) __ksym;
 extern void tcp_cong_avoid_ai(struct tcp_sock *tp, u32 w, u32 acked) __ksym;
 extern u32 tcp_reno_ssthresh(struct sock *sk) __ksym;
 extern void tcp_reno_cong_avoid(struct sock *sk, u32 ack, u32 acked) __ksym;
@@ -204,6 +206,17 @@ static __always_inline u32 tcp_packets_in_flight(const struct tcp_sock *tp)
 static __always_inline u32 tcp_min_rtt(const struct tcp_sock *tp)
 {
 	return tp->rtt_min.s[0].v;
+}
+
+/* The kernel's latest delivery-rate sample (as tcpi_delivery_rate), bytes per second; 0 if
+ * none yet. */
+static __always_inline u64 tcp_delivery_rate(const struct tcp_sock *tp)
+{
+	u32 interval = tp->rate_interval_us;
+
+	if (!interval || !tp->rate_delivered)
+		return 0;
+	return (u64)tp->rate_delivered * tp->mss_cache * USEC_PER_SEC / interval;
 }
 
 /* Asks the kernel to pace this socket itself (without the fq qdisc): it then spreads each
