@@ -5,12 +5,20 @@ use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
 /// The bundled congestion controls, one source file each.
-const CCS: &[&str] = &["satpep_hybla"];
+const CCS: &[&str] = &[
+    "satpep_hybla",
+    "satpep_westwood",
+    "satpep_vegas",
+    "satpep_tarang",
+    "satpep_hstcp",
+    "satpep_scalable",
+];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed=src/bpf/satpep_tcp.h");
     println!("cargo:rerun-if-changed=src/bpf/hybla_growth.h");
+    println!("cargo:rerun-if-changed=src/bpf/bw_estimate.h");
     for cc in CCS {
         let src = format!("src/bpf/{cc}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

@@ -27,6 +27,28 @@ macro_rules! skeleton {
 }
 
 skeleton!(hybla_skel, "satpep_hybla.skel.rs");
+skeleton!(westwood_skel, "satpep_westwood.skel.rs");
+skeleton!(vegas_skel, "satpep_vegas.skel.rs");
+skeleton!(tarang_skel, "satpep_tarang.skel.rs");
+skeleton!(hstcp_skel, "satpep_hstcp.skel.rs");
+skeleton!(scalable_skel, "satpep_scalable.skel.rs");
+
+/// Opens, configures, loads and registers one skeleton; returns its struct_ops link.
+macro_rules! load_skel {
+    ($name:expr, $builder:ty, $map:ident, |$open:ident| $configure:block) => {{
+        let mut storage = MaybeUninit::uninit();
+        #[allow(unused_mut)]
+        let mut $open = <$builder>::default()
+            .open(&mut storage)
+            .map_err(|e| explain($name, e))?;
+        $configure
+        let mut skel = $open.load().map_err(|e| explain($name, e))?;
+        skel.maps
+            .$map
+            .attach_struct_ops()
+            .map_err(|e| explain($name, e))?
+    }};
+}
 
 /// A congestion control shipped with satpep.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -38,21 +60,49 @@ pub struct Bundled {
 }
 
 /// Every bundled congestion control.
-pub const BUNDLED: &[Bundled] = &[Bundled {
-    name: "satpep_hybla",
-    about: "Hybla: grows per RTT as a connection with RTT0 (25 ms) would; paced",
-}];
+pub const BUNDLED: &[Bundled] = &[
+    Bundled {
+        name: "satpep_hybla",
+        about: "Hybla: grows per RTT as a connection with RTT0 (25 ms) would; paced",
+    },
+    Bundled {
+        name: "satpep_westwood",
+        about: "Westwood+: Reno growth; after a loss, window = bandwidth estimate x min RTT",
+    },
+    Bundled {
+        name: "satpep_vegas",
+        about: "Vegas: keeps 2-4 segments queued at the bottleneck, from RTT growth",
+    },
+    Bundled {
+        name: "satpep_tarang",
+        about: "Tarang: Hybla growth; loss reaction from bandwidth estimate vs capacity",
+    },
+    Bundled {
+        name: "satpep_hstcp",
+        about:
+            "HighSpeed (RFC 3649): Reno below 38 segments, faster growth, gentler decrease above",
+    },
+    Bundled {
+        name: "satpep_scalable",
+        about: "Scalable: +1 % of cwnd per RTT, -1/8 on loss",
+    },
+];
 
 /// Settings applied when loading.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
     /// Hybla's (and Tarang's) reference RTT, microseconds.
     pub rtt0_us: u32,
+    /// Tarang's channel capacity, kbit/s (0: estimated per connection).
+    pub capacity_kbps: u32,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { rtt0_us: 25_000 }
+        Options {
+            rtt0_us: 25_000,
+            capacity_kbps: 0,
+        }
     }
 }
 
@@ -176,6 +226,9 @@ fn explain(name: &str, e: libbpf_rs::Error) -> String {
     format!("cannot load {name}: {msg}{hint}")
 }
 
+/// Longest congestion control name the kernel takes (TCP_CA_NAME_MAX less the NUL).
+pub const NAME_MAX: usize = 15;
+
 /// Loads and registers the bundled congestion control `name`.
 pub fn load(name: &str, opts: &Options) -> Result<Loaded, String> {
     check_support()?;
@@ -185,20 +238,57 @@ pub fn load(name: &str, opts: &Options) -> Result<Loaded, String> {
              (pinned: satpep cc unload {name})"
         ));
     }
-    let mut storage = MaybeUninit::uninit();
     let link = match name {
-        "satpep_hybla" => {
-            let mut open = hybla_skel::SatpepHyblaSkelBuilder::default()
-                .open(&mut storage)
-                .map_err(|e| explain(name, e))?;
-            if let Some(r) = open.maps.rodata_data.as_deref_mut() {
-                r.rtt0_us = opts.rtt0_us;
+        "satpep_hybla" => load_skel!(
+            name,
+            hybla_skel::SatpepHyblaSkelBuilder,
+            satpep_hybla,
+            |open| {
+                if let Some(r) = open.maps.rodata_data.as_deref_mut() {
+                    r.rtt0_us = opts.rtt0_us;
+                }
             }
-            let mut skel = open.load().map_err(|e| explain(name, e))?;
-            skel.maps
-                .satpep_hybla
-                .attach_struct_ops()
-                .map_err(|e| explain(name, e))?
+        ),
+        "satpep_tarang" => load_skel!(
+            name,
+            tarang_skel::SatpepTarangSkelBuilder,
+            satpep_tarang,
+            |open| {
+                if let Some(r) = open.maps.rodata_data.as_deref_mut() {
+                    r.rtt0_us = opts.rtt0_us;
+                    r.capacity_kbps = opts.capacity_kbps;
+                }
+            }
+        ),
+        "satpep_westwood" => {
+            load_skel!(
+                name,
+                westwood_skel::SatpepWestwoodSkelBuilder,
+                satpep_westwood,
+                |open| {}
+            )
+        }
+        "satpep_vegas" => load_skel!(
+            name,
+            vegas_skel::SatpepVegasSkelBuilder,
+            satpep_vegas,
+            |open| {}
+        ),
+        "satpep_hstcp" => {
+            load_skel!(
+                name,
+                hstcp_skel::SatpepHstcpSkelBuilder,
+                satpep_hstcp,
+                |open| {}
+            )
+        }
+        "satpep_scalable" => {
+            load_skel!(
+                name,
+                scalable_skel::SatpepScalableSkelBuilder,
+                satpep_scalable,
+                |open| {}
+            )
         }
         other => {
             let names: Vec<&str> = BUNDLED.iter().map(|b| b.name).collect();

@@ -42,6 +42,9 @@ enum CcSub {
         /// Hybla's and Tarang's reference RTT.
         #[arg(long, value_name = "DURATION", default_value = "25ms")]
         rtt0: String,
+        /// Tarang's channel capacity (e.g. 100Mbit); default: estimated per connection.
+        #[arg(long, value_name = "RATE")]
+        capacity: Option<String>,
     },
     /// Unload pinned congestion controls (default: all of satpep's).
     Unload {
@@ -110,14 +113,31 @@ pub fn main(cmd: CcCmd) -> Result<(), String> {
             }
             Ok(())
         }
-        CcSub::Load { names, pin, rtt0 } => {
+        CcSub::Load {
+            names,
+            pin,
+            rtt0,
+            capacity,
+        } => {
             let rtt0 =
                 satpep_link::units::parse_duration_ns(&rtt0).map_err(|e| format!("--rtt0: {e}"))?;
             if !(1_000_000..=10_000_000_000).contains(&rtt0) {
                 return Err("--rtt0: must be between 1 ms and 10 s".into());
             }
+            let capacity_kbps = match capacity {
+                Some(c) => {
+                    let bps = satpep_link::units::parse_rate(&c)
+                        .map_err(|e| format!("--capacity: {e}"))?;
+                    if !(1e3..=4e12).contains(&bps) {
+                        return Err("--capacity: must be between 1 kbit/s and 4 Tbit/s".into());
+                    }
+                    (bps / 1000.0).round() as u32
+                }
+                None => 0,
+            };
             let opts = Options {
                 rtt0_us: (rtt0 / 1000) as u32,
+                capacity_kbps,
             };
             let mut loaded = Vec::new();
             for n in names_or_all(names) {

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * satpep_tarang: Tarang (Vanzara 2017, ch. 3) as a BPF congestion control. It was never
+ * released; this follows the thesis's Algorithms 4-6.
+ *
+ * Growth and pacing are Hybla's (hybla_growth.h). The reaction to a loss comes from what the
+ * connection was delivering (BWE, Westwood+'s estimate, bw_estimate.h) against the channel
+ * capacity CC:
+ *   pipe = (CC - BWE) x RTTmin / MSS   if BWE < CC / 2 (Algorithm 4, residual capacity)
+ *          BWE x RTTmin / MSS          otherwise       (minimum pipe capacity)
+ *   ssthresh = max(pipe, 0.75 x packets in flight)
+ * After three duplicate ACKs cwnd = ssthresh once recovery completes; after a timeout cwnd =
+ * rho (Algorithm 5). A random link loss leaves BWE near the rate in use, so the window stays
+ * near the bandwidth-delay product instead of halving.
+ *
+ * CC: the thesis measures it with CapProbe. Here it is the configured capacity when one is
+ * given at load time (satpep cc load --capacity), otherwise the highest BWE seen on the
+ * connection.
+ */
+#include "hybla_growth.h"
+#include "bw_estimate.h"
+
+char _license[] SEC("license") = "GPL";
+
+/* Reference RTT, microseconds. */
+const volatile u32 rtt0_us = 25000;
+/* Channel capacity, kbit/s; 0: estimate it. */
+const volatile u32 capacity_kbps = 0;
+
+struct tarang {
+	struct hybla_growth h;
+	struct bw_estimate w;
+	u32 cc_max;  /* highest BWE seen, bytes/ms */
+};
+
+/* The thesis's new ssthresh (and cwnd, after fast recovery). */
+static __always_inline u32 tarang_pipe(struct sock *sk, struct tarang *ca)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	u32 bwe = ca->w.bw_est;
+	/* kbit/s to bytes/ms is /8. */
+	u32 cc = capacity_kbps ? capacity_kbps / 8 : max(ca->cc_max, bwe);
+	u32 pipe, floor;
+
+	if (!bwe || !ca->w.rtt_min_us)
+		return tcp_reno_ssthresh(sk);
+	if (bwe < cc / 2)
+		pipe = bwe_pipe(sk, &ca->w, cc - bwe);
+	else
+		pipe = bwe_pipe(sk, &ca->w, bwe);
+	floor = (u32)(((u64)tcp_packets_in_flight(tp) * 3) >> 2);
+	return max(max(pipe, floor), 2U);
+}
+
+SEC("struct_ops")
+void BPF_PROG(tarang_init, struct sock *sk)
+{
+	struct tarang *ca = inet_csk_ca(sk);
+
+	hybla_growth_init(sk, &ca->h, rtt0_us);
+	bwe_init(sk, &ca->w);
+	ca->cc_max = 0;
+}
+
+SEC("struct_ops")
+void BPF_PROG(tarang_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+{
+	struct tarang *ca = inet_csk_ca(sk);
+
+	bwe_rtt_sample(&ca->w, sample);
+}
+
+SEC("struct_ops")
+void BPF_PROG(tarang_ack, struct sock *sk, u32 flags)
+{
+	struct tarang *ca = inet_csk_ca(sk);
+
+	bwe_ack(sk, &ca->w, flags);
+	ca->cc_max = max(ca->cc_max, ca->w.bw_est);
+}
+
+SEC("struct_ops")
+void BPF_PROG(tarang_set_state, struct sock *sk, u8 new_state)
+{
+	struct tarang *ca = inet_csk_ca(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
+
+	ca->h.enabled = new_state == TCP_CA_Open;
+	/* Algorithm 5: after a timeout, restart from rho segments. */
+	if (new_state == TCP_CA_Loss)
+		tp->snd_cwnd = max(tp->snd_cwnd, min(hybla_rho(&ca->h), tp->snd_ssthresh));
+}
+
+SEC("struct_ops")
+void BPF_PROG(tarang_event, struct sock *sk, int event)
+{
+	struct tarang *ca = inet_csk_ca(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
+
+	if (event == CA_EVENT_COMPLETE_CWR)
+		/* Algorithm 4: cwnd = ssthresh once fast recovery is over. */
+		tp->snd_cwnd = tp->snd_ssthresh;
+	else if (event == CA_EVENT_LOSS)
+		ca->w.reset_rtt_min = true;
+}
+
+SEC("struct_ops")
+u32 BPF_PROG(tarang_ssthresh, struct sock *sk)
+{
+	return tarang_pipe(sk, inet_csk_ca(sk));
+}
+
+SEC("struct_ops")
+void BPF_PROG(tarang_cong_avoid, struct sock *sk, u32 ack, u32 acked)
+{
+	struct tarang *ca = inet_csk_ca(sk);
+
+	hybla_grow(sk, &ca->h, ack, acked, rtt0_us);
+}
+
+SEC("struct_ops")
+u32 BPF_PROG(tarang_undo_cwnd, struct sock *sk)
+{
+	return tcp_reno_undo_cwnd(sk);
+}
+
+SEC(".struct_ops.link")
+struct tcp_congestion_ops satpep_tarang = {
+	.init = (void *)tarang_init,
+	.pkts_acked = (void *)tarang_pkts_acked,
+	.in_ack_event = (void *)tarang_ack,
+	.set_state = (void *)tarang_set_state,
+	.cwnd_event = (void *)tarang_event,
+	.ssthresh = (void *)tarang_ssthresh,
+	.cong_avoid = (void *)tarang_cong_avoid,
+	.undo_cwnd = (void *)tarang_undo_cwnd,
+	.name = "satpep_tarang",
+};
