@@ -30,6 +30,7 @@ struct hybla_growth {
 	u32 iw;          /* initial window: when this much is delivered, estimate ssthresh */
 	u32 first_ack_us;  /* time of the first ACK of the initial window (low 32 bits) */
 	u32 first_delivered; /* segments delivered at that ACK */
+	u32 pp_rate;     /* the bottleneck rate the estimate found, bytes/ms (0: none) */
 	bool enabled;    /* Hybla rules apply only in the Open state */
 	bool estimated;  /* initial ssthresh estimated */
 };
@@ -75,6 +76,7 @@ static __always_inline void hybla_growth_init(struct sock *sk, struct hybla_grow
 	ca->estimated = false;
 	ca->first_ack_us = 0;
 	ca->first_delivered = 0;
+	ca->pp_rate = 0;
 	ca->iw = tp->snd_cwnd;
 	ca->rho_3ls = 8;
 	ca->rho2_7ls = 128;
@@ -84,12 +86,16 @@ static __always_inline void hybla_growth_init(struct sock *sk, struct hybla_grow
 	enable_pacing(sk);
 }
 
-/* Hoe's initial ssthresh from the ACK spacing of the initial window. */
+/* Hoe's initial ssthresh from the ACK spacing of the initial window. The window's ACKs
+ * arrive within a fraction of an RTT; the estimate uses the last of them, and is final at the
+ * first ACK that comes later than a quarter of min RTT after the first (the next flight) or
+ * once the whole window is acknowledged. */
 static __always_inline void hybla_estimate_ssthresh(struct sock *sk, struct hybla_growth *ca)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	u32 now = (u32)tp->tcp_mstamp;
 	u32 min_rtt = tcp_min_rtt(tp);
+	u32 segs, spread;
 
 	if (ca->estimated)
 		return;
@@ -98,16 +104,23 @@ static __always_inline void hybla_estimate_ssthresh(struct sock *sk, struct hybl
 		ca->first_delivered = tp->delivered;
 		return;
 	}
-	if (tp->delivered < ca->iw + 1 || min_rtt == ~0U)
+	if (min_rtt == ~0U || !tp->mss_cache)
 		return;
+	segs = tp->delivered - ca->first_delivered;
+	spread = now - ca->first_ack_us;
+	if (spread <= min_rtt / 4 && segs >= 1 && spread) {
+		/* Still the initial window: keep the latest pair. */
+		ca->pp_rate = (u32)min((u64)segs * tp->mss_cache * 1000 / spread, 0xffffffffULL);
+		if (segs + 1 < ca->iw)
+			return;
+	} else if (spread <= min_rtt / 4) {
+		return;
+	}
 	ca->estimated = true;
-	u32 segs = tp->delivered - ca->first_delivered;
-	u32 spread = now - ca->first_ack_us;
-
-	if (tp->snd_ssthresh < TCP_INFINITE_SSTHRESH || segs < 2 || !spread)
+	if (!ca->pp_rate || tp->snd_ssthresh < TCP_INFINITE_SSTHRESH)
 		return;
-	/* rate x min RTT, in segments: segs / spread x min_rtt. */
-	u64 bdp = (u64)segs * min_rtt / spread;
+	/* rate x min RTT, in segments. */
+	u64 bdp = (u64)ca->pp_rate * min_rtt / 1000 / tp->mss_cache;
 	tp->snd_ssthresh = (u32)max(min(bdp, 0x7ffffffULL), (u64)ca->iw);
 }
 

@@ -9,13 +9,23 @@
  *   pipe = (CC - BWE) x RTTmin / MSS   if BWE < CC / 2 (Algorithm 4, residual capacity)
  *          BWE x RTTmin / MSS          otherwise       (minimum pipe capacity)
  *   ssthresh = max(pipe, 0.75 x packets in flight)
- * After three duplicate ACKs cwnd = ssthresh once recovery completes; after a timeout cwnd =
- * rho (Algorithm 5). A random link loss leaves BWE near the rate in use, so the window stays
- * near the bandwidth-delay product instead of halving.
+ * After three duplicate ACKs cwnd = ssthresh (Algorithm 4); after a timeout cwnd = rho
+ * (Algorithm 5). A random link loss leaves BWE near the rate in use, so the window stays near
+ * the bandwidth-delay product instead of halving.
  *
- * CC: the thesis measures it with CapProbe. Here it is the configured capacity when one is
- * given at load time (satpep cc load --capacity), otherwise the highest BWE seen on the
- * connection.
+ * Linux, unlike the ns-2 of the thesis, shrinks the window through fast recovery itself
+ * (proportional rate reduction) unless the congestion control takes over with cong_control,
+ * and at a loss rate of 1e-6 per bit on a 600 ms path a connection is in recovery most of the
+ * time. So Tarang takes over: in recovery it holds cwnd at the value above (instead of PRR
+ * driving it towards ssthresh from wherever it was), in the Open state it grows as Hybla, and
+ * it sets the pacing rate itself (a window per RTT, x2 in slow start, x1.2 after).
+ *
+ * CC: the thesis measures it with CapProbe (packet-pair dispersion). Here it is the
+ * configured capacity when one is given at load time (satpep cc load --capacity), otherwise
+ * the larger of the packet-pair rate measured on the initial window's ACKs (hybla_growth.h)
+ * and the highest BWE seen. A capacity estimate that does not come from the flow's own
+ * throughput matters: with only the highest BWE, a flow held small by early losses never
+ * learns that the path is faster.
  */
 #include "hybla_growth.h"
 #include "bw_estimate.h"
@@ -39,10 +49,13 @@ static __always_inline u32 tarang_pipe(struct sock *sk, struct tarang *ca)
 	struct tcp_sock *tp = tcp_sk(sk);
 	u32 bwe = ca->w.bw_est;
 	/* kbit/s to bytes/ms is /8. */
-	u32 cc = capacity_kbps ? capacity_kbps / 8 : max(ca->cc_max, bwe);
+	u32 cc = capacity_kbps ? capacity_kbps / 8 : max(max(ca->cc_max, ca->h.pp_rate), bwe);
 	u32 pipe, floor;
 
-	if (!bwe || !ca->w.rtt_min_us)
+	if (!ca->w.rtt_min_us)
+		ca->w.rtt_min_us = tcp_min_rtt(tp) == ~0U ? 0 : tcp_min_rtt(tp);
+	/* No estimate at all yet (a loss in the first RTTs): Reno. */
+	if (!cc || !ca->w.rtt_min_us)
 		return tcp_reno_ssthresh(sk);
 	if (bwe < cc / 2)
 		pipe = bwe_pipe(sk, &ca->w, cc - bwe);
@@ -119,6 +132,23 @@ void BPF_PROG(tarang_cong_avoid, struct sock *sk, u32 ack, u32 acked)
 }
 
 SEC("struct_ops")
+void BPF_PROG(tarang_cong_control, struct sock *sk, u32 ack, int flag, const struct rate_sample *rs)
+{
+	struct tarang *ca = inet_csk_ca(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
+	u8 state = ca_state(sk);
+
+	hybla_estimate_ssthresh(sk, &ca->h);
+	if (state == TCP_CA_Recovery || state == TCP_CA_CWR) {
+		/* Algorithm 4's window, held through recovery. */
+		tp->snd_cwnd = max(min(tp->snd_ssthresh, tp->snd_cwnd_clamp), 2U);
+	} else if (rs->acked_sacked > 0) {
+		hybla_grow(sk, &ca->h, ack, rs->acked_sacked, rtt0_us);
+	}
+	set_pacing_rate(sk);
+}
+
+SEC("struct_ops")
 u32 BPF_PROG(tarang_undo_cwnd, struct sock *sk)
 {
 	return tcp_reno_undo_cwnd(sk);
@@ -133,6 +163,7 @@ struct tcp_congestion_ops satpep_tarang = {
 	.cwnd_event = (void *)tarang_event,
 	.ssthresh = (void *)tarang_ssthresh,
 	.cong_avoid = (void *)tarang_cong_avoid,
+	.cong_control = (void *)tarang_cong_control,
 	.undo_cwnd = (void *)tarang_undo_cwnd,
 	.name = "satpep_tarang",
 };

@@ -219,6 +219,22 @@ static __always_inline u64 tcp_delivery_rate(const struct tcp_sock *tp)
 	return (u64)tp->rate_delivered * tp->mss_cache * USEC_PER_SEC / interval;
 }
 
+/* Sets the pacing rate as the kernel's tcp_update_pacing_rate() does, for congestion controls
+ * that take over with cong_control: a window per smoothed RTT, times 2 while cwnd is below
+ * half of ssthresh (slow start) and 1.2 after. */
+static __always_inline void set_pacing_rate(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	u64 rate = (u64)tp->mss_cache * ((USEC_PER_SEC / 100) << 3);
+
+	if (!tp->srtt_us)
+		return;
+	rate *= tp->snd_cwnd < tp->snd_ssthresh / 2 ? 200 : 120;
+	rate *= max(tp->snd_cwnd, tp->packets_out);
+	rate /= tp->srtt_us;
+	sk->sk_pacing_rate = min(rate, (u64)sk->sk_max_pacing_rate);
+}
+
 /* Asks the kernel to pace this socket itself (without the fq qdisc): it then spreads each
  * window over the RTT at 2x the window rate in slow start and 1.2x in avoidance. */
 static __always_inline void enable_pacing(struct sock *sk)
