@@ -50,6 +50,24 @@ pub async fn run(
             side(&up_leg)
         ));
     }
+    // satpep's own congestion controls are loaded for as long as the proxy runs, unless
+    // something else (satpep cc load --pin) already registered them.
+    let mut bundled = Vec::new();
+    let available = satpep_cc::available();
+    for leg in [&down_leg, &up_leg] {
+        if let Some(cc) = &leg.congestion {
+            let ours = satpep_cc::BUNDLED.iter().any(|b| b.name == cc.as_str());
+            let loaded = bundled
+                .iter()
+                .any(|l: &satpep_cc::Loaded| l.name == cc.as_str());
+            if ours && !loaded && !available.iter().any(|a| a == cc) {
+                let l = satpep_cc::load(cc, &satpep_cc::Options::default())
+                    .map_err(|e| format!("{}.congestion: {e}", side(leg)))?;
+                info!(congestion = %cc, "loaded");
+                bundled.push(l);
+            }
+        }
+    }
     // Check the congestion controls before intercepting anything.
     for leg in [&down_leg, &up_leg] {
         let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
@@ -166,6 +184,8 @@ pub async fn run(
         c.abort();
     }
     info!("interception removed");
+    // Sockets still using them keep them registered until they close.
+    drop(bundled);
     Ok(registry)
 }
 

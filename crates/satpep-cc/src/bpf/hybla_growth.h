@@ -26,11 +26,16 @@ struct hybla_growth {
 	u32 rho_3ls;     /* rho << 3, at least 8 */
 	u32 rho2_7ls;    /* rho^2 << 7 */
 	u32 minrtt_us;   /* smallest srtt seen (<<3, as srtt_us) */
-	u32 cents;       /* fraction of a segment accumulated, /128 */
+	u32 cents;       /* slow start: fraction of a segment accumulated, /128 */
+	u32 ca_acc;      /* avoidance: rho^2 x acked accumulated, /(128 cwnd) */
 	u32 iw;          /* initial window: when this much is delivered, estimate ssthresh */
 	u32 first_ack_us;  /* time of the first ACK of the initial window (low 32 bits) */
 	u32 first_delivered; /* segments delivered at that ACK */
 	u32 pp_rate;     /* the bottleneck rate the estimate found, bytes/ms (0: none) */
+	u32 pp_segs;     /* segments acknowledged since the first ACK of the window */
+	u32 pp_spread;   /* over this many microseconds */
+	u16 acks;        /* ACKs seen in the initial window */
+	bool tried;      /* the initial window is over: estimated or given up */
 	bool enabled;    /* Hybla rules apply only in the Open state */
 	bool estimated;  /* initial ssthresh estimated */
 };
@@ -72,11 +77,16 @@ static __always_inline void hybla_growth_init(struct sock *sk, struct hybla_grow
 	struct tcp_sock *tp = tcp_sk(sk);
 
 	ca->cents = 0;
+	ca->ca_acc = 0;
 	ca->enabled = true;
 	ca->estimated = false;
 	ca->first_ack_us = 0;
 	ca->first_delivered = 0;
 	ca->pp_rate = 0;
+	ca->pp_segs = 0;
+	ca->pp_spread = 0;
+	ca->acks = 0;
+	ca->tried = false;
 	ca->iw = tp->snd_cwnd;
 	ca->rho_3ls = 8;
 	ca->rho2_7ls = 128;
@@ -87,9 +97,12 @@ static __always_inline void hybla_growth_init(struct sock *sk, struct hybla_grow
 }
 
 /* Hoe's initial ssthresh from the ACK spacing of the initial window. The window's ACKs
- * arrive within a fraction of an RTT; the estimate uses the last of them, and is final at the
- * first ACK that comes later than a quarter of min RTT after the first (the next flight) or
- * once the whole window is acknowledged. */
+ * arrive within a fraction of an RTT; the estimate spans from the first of them to the one
+ * that completes the window (or the last before the next flight, a quarter of min RTT later).
+ * It is trusted only if at least three ACKs were seen and they were not bunched together
+ * (at least 20 us per segment: GRO or an ACK-compressing path would otherwise report an
+ * absurd rate). Without a trusted estimate, slow start stays Reno's (doubling per RTT) and ends
+ * at the first loss, as standard TCP. */
 static __always_inline void hybla_estimate_ssthresh(struct sock *sk, struct hybla_growth *ca)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
@@ -97,31 +110,50 @@ static __always_inline void hybla_estimate_ssthresh(struct sock *sk, struct hybl
 	u32 min_rtt = tcp_min_rtt(tp);
 	u32 segs, spread;
 
-	if (ca->estimated)
+	if (ca->tried)
 		return;
 	if (!ca->first_ack_us) {
 		ca->first_ack_us = now ? now : 1;
 		ca->first_delivered = tp->delivered;
+		ca->acks = 1;
 		return;
 	}
 	if (min_rtt == ~0U || !tp->mss_cache)
 		return;
 	segs = tp->delivered - ca->first_delivered;
 	spread = now - ca->first_ack_us;
-	if (spread <= min_rtt / 4 && segs >= 1 && spread) {
+	if (spread <= min_rtt / 4) {
 		/* Still the initial window: keep the latest pair. */
-		ca->pp_rate = (u32)min((u64)segs * tp->mss_cache * 1000 / spread, 0xffffffffULL);
+		if (segs > ca->pp_segs) {
+			ca->acks++;
+			ca->pp_segs = segs;
+			ca->pp_spread = spread;
+		}
 		if (segs + 1 < ca->iw)
 			return;
-	} else if (spread <= min_rtt / 4) {
-		return;
 	}
+	ca->tried = true;
+	if (ca->acks < 3 || !ca->pp_segs || ca->pp_spread < 20 * ca->pp_segs)
+		return;
+	ca->pp_rate = (u32)min((u64)ca->pp_segs * tp->mss_cache * 1000 / ca->pp_spread, 0xffffffffULL);
 	ca->estimated = true;
-	if (!ca->pp_rate || tp->snd_ssthresh < TCP_INFINITE_SSTHRESH)
+	if (tp->snd_ssthresh < TCP_INFINITE_SSTHRESH)
 		return;
 	/* rate x min RTT, in segments. */
-	u64 bdp = (u64)ca->pp_rate * min_rtt / 1000 / tp->mss_cache;
+	u64 bdp = (u64)ca->pp_segs * min_rtt / ca->pp_spread;
 	tp->snd_ssthresh = (u32)max(min(bdp, 0x7ffffffULL), (u64)ca->iw);
+}
+
+/* Whether the window, not the application, limits sending. The kernel's test lets slow start
+ * grow cwnd only up to twice what was in flight, which caps Hybla's 2^rho per RTT at 2 (the
+ * kernel's own tcp_hybla.c is capped so); here slow start may reach 2^rho times it. */
+static __always_inline bool hybla_cwnd_limited(const struct sock *sk, const struct hybla_growth *ca)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	if (tcp_in_slow_start(tp) && ca->enabled && ca->estimated)
+		return (u64)tp->snd_cwnd < ((u64)tp->max_packets_out << min(hybla_rho(ca), 16U));
+	return tcp_is_cwnd_limited(sk);
 }
 
 /* One congestion-avoidance step (cong_avoid): Hybla's growth, or Reno outside the Open state. */
@@ -136,7 +168,7 @@ static __always_inline void hybla_grow(struct sock *sk, struct hybla_growth *ca,
 		ca->minrtt_us = tp->srtt_us;
 	}
 	hybla_estimate_ssthresh(sk, ca);
-	if (!tcp_is_cwnd_limited(sk))
+	if (!hybla_cwnd_limited(sk, ca))
 		return;
 	if (!ca->enabled) {
 		tcp_reno_cong_avoid(sk, ack, acked);
@@ -149,16 +181,27 @@ static __always_inline void hybla_grow(struct sock *sk, struct hybla_growth *ca,
 	cwnd = tp->snd_cwnd;
 	slow_start = cwnd < tp->snd_ssthresh;
 	if (slow_start && !ca->estimated) {
+		/* No trusted estimate (yet): Reno's slow start. */
 		tcp_slow_start(tp, acked);
 		return;
 	}
-	if (slow_start) {
-		/* 2^rho - 1 per segment, <<7: 2^int(rho) * 2^frac(rho) - 1. */
-		increment = ((1U << min(ca->rho_3ls >> 3, 16U)) * hybla_fraction(ca->rho_3ls)) - 128;
-	} else {
-		/* rho^2 / cwnd per segment, <<7. */
-		increment = ca->rho2_7ls / (cwnd ? cwnd : 1);
+	if (!slow_start) {
+		/* rho^2 / cwnd per acknowledged segment, kept exact: the kernel's integer
+		 * rho^2 / cwnd (in 1/128) rounds to nothing once cwnd > 2 rho^2. */
+		u64 acc = (u64)ca->ca_acc + (u64)ca->rho2_7ls * acked;
+		u64 unit = 128ULL * (cwnd ? cwnd : 1);
+		u32 n = 0;
+
+		if (acc >= unit) {
+			n = (u32)min(acc / unit, 0x7fffULL);
+			acc -= (u64)n * unit;
+		}
+		ca->ca_acc = (u32)min(acc, 0xffffffffULL);
+		tp->snd_cwnd = min(cwnd + n, tp->snd_cwnd_clamp);
+		return;
 	}
+	/* 2^rho - 1 per segment, <<7: 2^int(rho) * 2^frac(rho) - 1. */
+	increment = ((1U << min(ca->rho_3ls >> 3, 16U)) * hybla_fraction(ca->rho_3ls)) - 128;
 	/* Per acknowledged segment; 64-bit so a large rho cannot overflow. */
 	u64 total = (u64)increment * acked + ca->cents;
 	u64 add = total >> 7;
@@ -166,9 +209,7 @@ static __always_inline void hybla_grow(struct sock *sk, struct hybla_growth *ca,
 	ca->cents = total & 127;
 	if (add > 0x7fff)
 		add = 0x7fff;
-	cwnd += (u32)add;
-	if (slow_start)
-		cwnd = min(cwnd, tp->snd_ssthresh);
+	cwnd = min(cwnd + (u32)add, tp->snd_ssthresh);
 	tp->snd_cwnd = min(cwnd, tp->snd_cwnd_clamp);
 }
 

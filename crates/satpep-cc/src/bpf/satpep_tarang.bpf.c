@@ -16,9 +16,10 @@
  * Linux, unlike the ns-2 of the thesis, shrinks the window through fast recovery itself
  * (proportional rate reduction) unless the congestion control takes over with cong_control,
  * and at a loss rate of 1e-6 per bit on a 600 ms path a connection is in recovery most of the
- * time. So Tarang takes over: in recovery it holds cwnd at the value above (instead of PRR
- * driving it towards ssthresh from wherever it was), in the Open state it grows as Hybla, and
- * it sets the pacing rate itself (a window per RTT, x2 in slow start, x1.2 after).
+ * time. So Tarang takes over with cong_control: at the start of recovery it sets cwnd to the
+ * value above (instead of PRR driving it towards ssthresh), and it keeps growing as Hybla in
+ * avoidance through recovery too, since most losses it sees are the link's. It sets the pacing
+ * rate itself (a window per RTT, x2 in slow start, x1.2 after).
  *
  * CC: the thesis measures it with CapProbe (packet-pair dispersion). Here it is the
  * configured capacity when one is given at load time (satpep cc load --capacity), otherwise
@@ -41,6 +42,7 @@ struct tarang {
 	struct hybla_growth h;
 	struct bw_estimate w;
 	u32 cc_max;  /* highest BWE seen, bytes/ms */
+	bool apply;  /* recovery began: set cwnd to ssthresh at the next ACK */
 };
 
 /* The thesis's new ssthresh (and cwnd, after fast recovery). */
@@ -73,6 +75,7 @@ void BPF_PROG(tarang_init, struct sock *sk)
 	hybla_growth_init(sk, &ca->h, rtt0_us);
 	bwe_init(sk, &ca->w);
 	ca->cc_max = 0;
+	ca->apply = false;
 }
 
 SEC("struct_ops")
@@ -98,7 +101,8 @@ void BPF_PROG(tarang_set_state, struct sock *sk, u8 new_state)
 	struct tarang *ca = inet_csk_ca(sk);
 	struct tcp_sock *tp = tcp_sk(sk);
 
-	ca->h.enabled = new_state == TCP_CA_Open;
+	/* Hybla's growth in every state but Loss, where slow start restarts from rho. */
+	ca->h.enabled = new_state != TCP_CA_Loss;
 	/* Algorithm 5: after a timeout, restart from rho segments. */
 	if (new_state == TCP_CA_Loss)
 		tp->snd_cwnd = max(tp->snd_cwnd, min(hybla_rho(&ca->h), tp->snd_ssthresh));
@@ -108,19 +112,17 @@ SEC("struct_ops")
 void BPF_PROG(tarang_event, struct sock *sk, int event)
 {
 	struct tarang *ca = inet_csk_ca(sk);
-	struct tcp_sock *tp = tcp_sk(sk);
-
-	if (event == CA_EVENT_COMPLETE_CWR)
-		/* Algorithm 4: cwnd = ssthresh once fast recovery is over. */
-		tp->snd_cwnd = tp->snd_ssthresh;
-	else if (event == CA_EVENT_LOSS)
+	if (event == CA_EVENT_LOSS)
 		ca->w.reset_rtt_min = true;
 }
 
 SEC("struct_ops")
 u32 BPF_PROG(tarang_ssthresh, struct sock *sk)
 {
-	return tarang_pipe(sk, inet_csk_ca(sk));
+	struct tarang *ca = inet_csk_ca(sk);
+
+	ca->apply = true;
+	return tarang_pipe(sk, ca);
 }
 
 SEC("struct_ops")
@@ -139,12 +141,15 @@ void BPF_PROG(tarang_cong_control, struct sock *sk, u32 ack, int flag, const str
 	u8 state = ca_state(sk);
 
 	hybla_estimate_ssthresh(sk, &ca->h);
-	if (state == TCP_CA_Recovery || state == TCP_CA_CWR) {
-		/* Algorithm 4's window, held through recovery. */
+	if (ca->apply && (state == TCP_CA_Recovery || state == TCP_CA_CWR)) {
+		/* Algorithm 4: cwnd = the new ssthresh. */
 		tp->snd_cwnd = max(min(tp->snd_ssthresh, tp->snd_cwnd_clamp), 2U);
-	} else if (rs->acked_sacked > 0) {
-		hybla_grow(sk, &ca->h, ack, rs->acked_sacked, rtt0_us);
+		ca->apply = false;
+	} else if (state != TCP_CA_Recovery && state != TCP_CA_CWR) {
+		ca->apply = false;
 	}
+	if (rs->acked_sacked > 0)
+		hybla_grow(sk, &ca->h, ack, rs->acked_sacked, rtt0_us);
 	set_pacing_rate(sk);
 }
 
