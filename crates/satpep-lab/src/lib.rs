@@ -8,6 +8,7 @@ pub mod topology;
 
 pub use topology::{Host, Lab, UpOptions};
 pub mod accuracy;
+pub mod cc_sweep;
 pub mod progress;
 pub mod relay_bench;
 pub mod sink;

@@ -159,6 +159,24 @@ fn hosts(name: &str) -> Vec<HostInfo> {
     ]
 }
 
+/// Makes sure congestion control `cc` is registered: satpep's bundled ones are loaded and
+/// pinned (they stay for other labs and runs; `satpep cc unload` removes them). Others must be
+/// the kernel's.
+pub fn ensure_cc(cc: &str) -> Result<(), String> {
+    if satpep_cc::available().iter().any(|a| a == cc) {
+        return Ok(());
+    }
+    if !satpep_cc::BUNDLED.iter().any(|b| b.name == cc) {
+        return Err(format!(
+            "congestion control '{cc}' is neither the kernel's ({}) nor satpep's (satpep cc list)",
+            satpep_cc::available().join(" ")
+        ));
+    }
+    let mut l = satpep_cc::load(cc, &satpep_cc::Options::default())?;
+    l.pin()?;
+    Ok(())
+}
+
 /// Options for building a lab.
 #[derive(Debug, Clone)]
 pub struct UpOptions {
@@ -691,6 +709,9 @@ impl Lab {
     /// gateway (satellite downstream, for downloads). A satellite-leg socket sends one way
     /// and receives the other, so its buffers are sized from the faster direction.
     pub fn start_proxies(&mut self, spec: &LinkSpec, pep: &Pep) -> Result<(), String> {
+        if let Some(cc) = &pep.cc {
+            ensure_cc(cc)?;
+        }
         let cfg = spec.resolve()?;
         let rtt_ns = cfg.forward.delay.max_ns() + cfg.ret.delay.max_ns();
         let dir = state_dir(&self.name);
