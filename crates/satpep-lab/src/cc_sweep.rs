@@ -58,9 +58,7 @@ fn thesis(cc: &str, ber: f64) -> &'static str {
 }
 
 fn link(ber: f64) -> Result<LinkSpec, String> {
-    let text = format!(
-        "[both]\nrate = '100Mbit'\ndelay = '300ms'\n[forward]\nber = {ber:e}\n"
-    );
+    let text = format!("[both]\nrate = '100Mbit'\ndelay = '300ms'\n[forward]\nber = {ber:e}\n");
     let spec: LinkSpec = toml::from_str(&text).map_err(|e| e.to_string())?;
     LinkSpec::layered(&[&spec])
 }

@@ -80,18 +80,8 @@ fn setsockopt_int(fd: i32, level: i32, opt: i32, v: i32) {
 fn bulk(lab: &Lab, cc: &'static str, secs: f64) -> Vec<Sample> {
     let listener = in_netns(&lab.ns(Host::Server), move || {
         let l = TcpListener::bind("0.0.0.0:9500").unwrap();
-        let cc_name = cc.as_bytes();
-        // SAFETY: the name is passed with its length; accepted sockets inherit it.
-        let r = unsafe {
-            libc::setsockopt(
-                l.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_CONGESTION,
-                cc_name.as_ptr() as *const libc::c_void,
-                cc_name.len() as libc::socklen_t,
-            )
-        };
-        assert_eq!(r, 0, "TCP_CONGESTION {cc}: is it loaded?");
+        set_congestion(l.as_raw_fd(), cc)
+            .unwrap_or_else(|e| panic!("TCP_CONGESTION {cc}: {e}; is it loaded?"));
         // Large enough never to limit these links (4 x their largest BDP).
         setsockopt_int(
             l.as_raw_fd(),
@@ -269,6 +259,7 @@ fn hybla_multiplies_by_2_to_the_rho_per_rtt_then_adds_rho_squared() {
         .map(|w| w[1].1 as f64 / w[0].1 as f64)
         .collect();
     assert!(growth.len() >= 2, "plateaus {p:?}\n{}", dump(&s));
+    println!("hybla: ssthresh {ssthresh}, slow start x{growth:.2?} per RTT (want 4)");
     for g in &growth {
         assert!(
             (3.5..=4.5).contains(g),
@@ -284,6 +275,7 @@ fn hybla_multiplies_by_2_to_the_rho_per_rtt_then_adds_rho_squared() {
         dump(&s)
     );
     assert_eq!(b.retrans, 0, "no loss expected with an 8 MB queue");
+    println!("hybla: avoidance +{per_rtt:.2} segments per RTT (want 4)");
 }
 
 /// The last loss event after `after` seconds, or a failure showing the samples.
@@ -325,6 +317,7 @@ fn hybla_halves_the_window_on_loss() {
     let s = bulk(&lab, "satpep_hybla", 6.0);
     let (t, before, ssthresh) = last_loss(&s, 1.0);
     let ratio = ssthresh as f64 / before as f64;
+    println!("hybla: loss at cwnd {before} -> ssthresh {ssthresh} ({ratio:.3}, want 0.5)");
     assert!(
         (0.42..=0.58).contains(&ratio),
         "loss at {t:.2}s: ssthresh {ssthresh} from cwnd {before} ({ratio:.2}), want 1/2\n{}",
@@ -345,6 +338,9 @@ fn westwood_sets_ssthresh_to_the_measured_pipe() {
     late.sort_unstable();
     let ssthresh = late[late.len() / 2];
     let ratio = ssthresh as f64 / bdp;
+    println!(
+        "westwood: median ssthresh {ssthresh} = {ratio:.2} x BDP ({bdp:.1}; want 1, Reno ~0.56)"
+    );
     assert!(
         (0.75..=1.15).contains(&ratio),
         "median ssthresh {ssthresh} after 4 s is {ratio:.2} x BDP, want ~1\n{}",
@@ -363,6 +359,7 @@ fn scalable_grows_one_percent_per_rtt_and_loses_an_eighth() {
     let s = bulk(&lab, "satpep_scalable", 8.0);
     let (t, before, ssthresh) = last_loss(&s, 1.0);
     let ratio = ssthresh as f64 / before as f64;
+    println!("scalable: loss at cwnd {before} -> ssthresh {ssthresh} ({ratio:.3}, want 0.875)");
     assert!(
         (0.83..=0.92).contains(&ratio),
         "loss at {t:.2}s: ssthresh {ssthresh} from cwnd {before} ({ratio:.3}), want 7/8\n{}",
@@ -377,6 +374,7 @@ fn scalable_grows_one_percent_per_rtt_and_loses_an_eighth() {
     );
     let (a, b) = (at(&s, gap.0), at(&s, gap.1));
     let per_rtt = ((b.cwnd as f64 / a.cwnd as f64).ln() / rounds(&s, gap.0, gap.1)).exp() - 1.0;
+    println!("scalable: +{:.2} % per RTT (want 1 %)", per_rtt * 100.0);
     assert!(
         (0.006..=0.014).contains(&per_rtt),
         "growth {:.2} % per RTT between {:.2}s and {:.2}s, want 1 %\n{}",
@@ -408,6 +406,7 @@ fn highspeed_decreases_by_b_of_w() {
     let (t, before, ssthresh) = last_loss(&s, 3.0);
     let want = 1.0 - hstcp_b(before as f64);
     let ratio = ssthresh as f64 / before as f64;
+    println!("hstcp: loss at cwnd {before} -> ssthresh {ssthresh} ({ratio:.3}, want 1 - b(w) = {want:.3})");
     assert!(
         before > 100 && (ratio - want).abs() < 0.04,
         "loss at {t:.2}s: ssthresh {ssthresh} from cwnd {before} ({ratio:.3}), want 1 - b(w) = {want:.3}\n{}",
@@ -429,6 +428,7 @@ fn vegas_keeps_only_a_few_segments_queued() {
     let late: Vec<&Sample> = s.iter().filter(|x| x.t > 4.0).collect();
     let queued_ms = late.iter().map(|x| x.rtt_ms - x.min_rtt_ms).sum::<f64>() / late.len() as f64;
     // alpha..beta = 2..4 segments of 1.2 ms each, plus smoothing.
+    println!("vegas: mean queueing delay {queued_ms:.1} ms (want 2.4-4.8)");
     assert!(
         (0.5..=8.0).contains(&queued_ms),
         "mean queueing delay {queued_ms:.1} ms, want 2.4-4.8\n{}",
@@ -472,6 +472,10 @@ fn tarang_keeps_its_window_through_random_losses_where_hybla_halves() {
     let bdp = 20e6 * 0.2 / (1514.0 * 8.0);
     let (tarang, dt) = median_late("satpep_tarang");
     let (hybla, _) = median_late("satpep_hybla");
+    println!(
+        "tarang: median cwnd {tarang} = {:.2} x BDP; hybla {hybla}",
+        tarang as f64 / bdp
+    );
     assert!(
         tarang as f64 >= 0.6 * bdp,
         "Tarang's median cwnd {tarang} against BDP {bdp:.0}\n{dt}"

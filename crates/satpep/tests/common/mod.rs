@@ -81,3 +81,22 @@ pub fn ping_seqs(lab: &Lab, args: &[&str]) -> (Vec<u32>, String) {
         .collect();
     (seqs, text)
 }
+
+/// Selects congestion control `name` on socket `fd` (TCP_CONGESTION).
+pub fn set_congestion(fd: std::os::fd::RawFd, name: &str) -> std::io::Result<()> {
+    // SAFETY: the name is passed with its length.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr() as *const libc::c_void,
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,83 @@
+//! `satpep cc`: listing, and clear errors for bad names and values.
+
+mod common;
+
+use common::*;
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = satpep().args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn list_names_every_bundled_controller_and_the_kernels() {
+    let (ok, out, err) = run(&["cc", "list", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = v["bundled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    let bundled: Vec<&str> = satpep_cc::BUNDLED.iter().map(|b| b.name).collect();
+    assert_eq!(names, bundled);
+    assert_eq!(
+        bundled.len(),
+        6,
+        "Hybla, Westwood+, Vegas, Tarang, HighSpeed, Scalable"
+    );
+    for n in bundled {
+        assert!(n.len() <= 15, "{n}: the kernel takes 15 characters");
+    }
+    assert!(v["kernel"].as_array().unwrap().iter().any(|k| k == "cubic"));
+}
+
+#[test]
+fn bad_names_and_values_are_refused_with_the_reason() {
+    require_root();
+    let (ok, _, err) = run(&["cc", "load", "satpep_nosuch"]);
+    assert!(
+        !ok && err.contains("'satpep_nosuch' is not a bundled congestion control"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["cc", "load", "satpep_hybla", "--rtt0", "0ms"]);
+    assert!(!ok && err.contains("--rtt0"), "{err}");
+    let (ok, _, err) = run(&["cc", "load", "satpep_tarang", "--capacity", "fast"]);
+    assert!(!ok && err.contains("--capacity"), "{err}");
+    let (ok, _, err) = run(&["cc", "unload", "satpep_nosuch"]);
+    assert!(!ok && err.contains("not pinned"), "{err}");
+}
+
+#[test]
+fn a_loaded_controller_is_usable_by_any_socket_and_goes_away_when_unloaded() {
+    require_root();
+    let _ = satpep_cc::unpin("satpep_scalable");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (ok, _, err) = run(&["cc", "load", "satpep_scalable", "--pin"]);
+    assert!(ok, "{err}");
+    // Any process can now select it by name.
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    use std::os::fd::AsRawFd;
+    set_congestion(s.as_raw_fd(), "satpep_scalable").unwrap();
+    drop(s);
+    let (ok, _, err) = run(&["cc", "unload", "satpep_scalable"]);
+    assert!(ok, "{err}");
+    // Unregistered once the last socket using it is gone.
+    let mut gone = false;
+    for _ in 0..50 {
+        if !satpep_cc::available()
+            .iter()
+            .any(|a| a == "satpep_scalable")
+        {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(gone, "still registered: {:?}", satpep_cc::available());
+}
