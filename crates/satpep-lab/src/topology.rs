@@ -709,8 +709,20 @@ impl Lab {
     /// gateway (satellite downstream, for downloads). A satellite-leg socket sends one way
     /// and receives the other, so its buffers are sized from the faster direction.
     pub fn start_proxies(&mut self, spec: &LinkSpec, pep: &Pep) -> Result<(), String> {
-        if let Some(cc) = &pep.cc {
-            ensure_cc(cc)?;
+        match pep.cc.as_deref() {
+            // The proxies switch among the shipped policy's controllers.
+            Some("adaptive") => {
+                for cc in [
+                    "satpep_hybla",
+                    "satpep_tarang",
+                    "satpep_westwood",
+                    "satpep_hstcp",
+                ] {
+                    ensure_cc(cc)?;
+                }
+            }
+            Some(cc) => ensure_cc(cc)?,
+            None => {}
         }
         let cfg = spec.resolve()?;
         let rtt_ns = cfg.forward.delay.max_ns() + cfg.ret.delay.max_ns();

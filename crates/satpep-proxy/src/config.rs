@@ -22,6 +22,98 @@ pub struct ProxyFile {
     /// The leg facing the terrestrial network.
     #[serde(default)]
     pub terrestrial: LegFile,
+    /// Adaptive congestion control (`congestion = "adaptive"` on the satellite leg).
+    #[serde(default)]
+    pub adaptive: AdaptiveFile,
+}
+
+/// The `[adaptive]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveFile {
+    /// How often each connection is classified (default 1s).
+    pub interval: Option<String>,
+    /// Least time a connection keeps a controller before another switch (default 10s).
+    pub dwell: Option<String>,
+    /// Server ports of interactive applications, left on the default controller
+    /// (default [22, 23]).
+    pub interactive_ports: Option<Vec<u16>>,
+    /// Class name → controller ("" or "default": the kernel's default), overriding the
+    /// shipped policy class by class.
+    #[serde(default)]
+    pub policy: std::collections::BTreeMap<String, String>,
+}
+
+/// The adaptive selection's resolved settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveConfig {
+    /// Classification period.
+    pub interval: std::time::Duration,
+    /// Least time between switches.
+    pub dwell: std::time::Duration,
+    /// Ports left alone.
+    pub interactive_ports: Vec<u16>,
+    /// Controller per class ("" for the default), in `Class::ALL` order.
+    pub policy: Vec<(crate::adaptive::Class, String)>,
+}
+
+impl AdaptiveConfig {
+    /// The controller for `class` ("" for the default).
+    pub fn cc_for(&self, class: crate::adaptive::Class) -> &str {
+        self.policy
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map(|(_, cc)| cc.as_str())
+            .unwrap_or("")
+    }
+}
+
+impl AdaptiveFile {
+    fn resolve(&self) -> Result<AdaptiveConfig, String> {
+        let dur =
+            |key: &str, v: &Option<String>, default: &str| -> Result<std::time::Duration, String> {
+                let ns = parse_duration_ns(v.as_deref().unwrap_or(default))
+                    .map_err(|e| format!("adaptive.{key}: {e}"))?;
+                if !(100_000_000..=3_600_000_000_000).contains(&ns) {
+                    return Err(format!("adaptive.{key}: must be between 100 ms and 1 h"));
+                }
+                Ok(std::time::Duration::from_nanos(ns))
+            };
+        let mut policy: Vec<(crate::adaptive::Class, String)> = crate::adaptive::Class::ALL
+            .iter()
+            .map(|c| (*c, c.default_cc().to_string()))
+            .collect();
+        for (k, v) in &self.policy {
+            let slot = policy
+                .iter_mut()
+                .find(|(c, _)| c.name() == k.as_str())
+                .ok_or_else(|| {
+                    let names: Vec<&str> = crate::adaptive::Class::ALL
+                        .iter()
+                        .map(|c| c.name())
+                        .collect();
+                    format!(
+                        "adaptive.policy: '{k}' is not a class ({})",
+                        names.join(", ")
+                    )
+                })?;
+            let cc = if v == "default" { "" } else { v.as_str() };
+            if !cc.is_empty()
+                && (cc.len() > 15 || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            {
+                return Err(format!(
+                    "adaptive.policy.{k}: '{v}' is not a congestion control name"
+                ));
+            }
+            slot.1 = cc.to_string();
+        }
+        Ok(AdaptiveConfig {
+            interval: dur("interval", &self.interval, "1s")?,
+            dwell: dur("dwell", &self.dwell, "10s")?,
+            interactive_ports: self.interactive_ports.clone().unwrap_or(vec![22, 23]),
+            policy,
+        })
+    }
 }
 
 /// Selection rules, firewall style.
@@ -199,6 +291,8 @@ pub struct ProxyConfig {
     pub satellite: Leg,
     /// Terrestrial leg.
     pub terrestrial: Leg,
+    /// Adaptive selection on the satellite leg (`congestion = "adaptive"`), if chosen.
+    pub adaptive: Option<AdaptiveConfig>,
 }
 
 fn nets(key: &str, v: &[String]) -> Result<Vec<IpNet>, String> {
@@ -400,8 +494,25 @@ impl ProxyFile {
                     )
                 })?)
             },
-            satellite: self.satellite.resolve("satellite")?,
+            satellite: Leg {
+                congestion: self
+                    .satellite
+                    .resolve("satellite")?
+                    .congestion
+                    .filter(|c| c != "adaptive"),
+                ..self.satellite.resolve("satellite")?
+            },
             terrestrial: self.terrestrial.resolve("terrestrial")?,
+            adaptive: if self.satellite.congestion.as_deref() == Some("adaptive") {
+                Some(self.adaptive.resolve()?)
+            } else {
+                if self.terrestrial.congestion.as_deref() == Some("adaptive") {
+                    return Err(
+                        "terrestrial.congestion: \"adaptive\" is for the satellite leg".into(),
+                    );
+                }
+                None
+            },
         })
     }
 }
@@ -498,6 +609,18 @@ mod tests {
             ("[satellite]\nmss=100", "satellite.mss"),
             ("[terrestrial]\ninterface='a/b'", "terrestrial.interface"),
             ("[satellite]\nfastopen='yes'", "fastopen"),
+            (
+                "[terrestrial]\ncongestion='adaptive'",
+                "terrestrial.congestion",
+            ),
+            (
+                "[satellite]\ncongestion='adaptive'\n[adaptive]\npolicy={long_fet='x'}",
+                "adaptive.policy",
+            ),
+            (
+                "[satellite]\ncongestion='adaptive'\n[adaptive]\ndwell='1ms'",
+                "adaptive.dwell",
+            ),
             ("[proxy]\nport='x'", "port"),
             ("[proxy]\nprot=1", "prot"),
             ("[proxy]\nmetrics='localhost'", "proxy.metrics"),

@@ -1,6 +1,7 @@
 //! satpep's transparent split-TCP proxy (RFC 3135): TPROXY interception, a transparent
 //! upstream leg, and a relay that keeps half-close and reset semantics. See `docs/proxy.md`.
 
+pub mod adaptive;
 pub mod config;
 pub mod control;
 pub mod hold;

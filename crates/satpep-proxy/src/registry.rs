@@ -50,6 +50,48 @@ pub struct Conn {
     pub down: AtomicU64,
     satellite: OwnedFd,
     terrestrial: OwnedFd,
+    /// Adaptive congestion control state of the satellite leg.
+    pub adaptive: Mutex<Option<Adaptive>>,
+}
+
+/// What the adaptive selection knows and did for one connection.
+#[derive(Debug, Clone)]
+pub struct Adaptive {
+    /// The path classifier.
+    pub classifier: crate::adaptive::Classifier,
+    /// Current class.
+    pub class: Option<crate::adaptive::Class>,
+    /// The leg's controller when the proxy opened it (the policy's "default").
+    pub initial_cc: String,
+    /// When the controller last changed (or the connection began).
+    pub since: Instant,
+    /// Switches made.
+    pub switches: u32,
+    /// Why the current controller was chosen.
+    pub reason: String,
+}
+
+/// The adaptive selection as `satpep status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AdaptiveStatus {
+    /// Path class (Table 4.2 name).
+    pub class: String,
+    /// Controller switches so far.
+    pub switches: u32,
+    /// Why the current controller was chosen.
+    pub reason: String,
+}
+
+impl Conn {
+    /// Time since the split.
+    pub fn age(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    /// The satellite leg's descriptor (a duplicate; for TCP_INFO and TCP_CONGESTION).
+    pub fn satellite_fd(&self) -> std::os::fd::RawFd {
+        self.satellite.as_raw_fd()
+    }
 }
 
 /// A connection as `satpep status` shows it.
@@ -71,6 +113,9 @@ pub struct ConnStatus {
     pub satellite: Option<LegInfo>,
     /// The terrestrial leg's TCP_INFO.
     pub terrestrial: Option<LegInfo>,
+    /// Adaptive selection, when the satellite leg is adaptive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveStatus>,
 }
 
 /// Live connections plus totals.
@@ -102,6 +147,7 @@ impl Registry {
             down: AtomicU64::new(0),
             satellite,
             terrestrial,
+            adaptive: Mutex::new(None),
         });
         self.conns.lock().unwrap().insert(id, c.clone());
         c
@@ -134,6 +180,11 @@ impl Registry {
         conns.len()
     }
 
+    /// The live connections.
+    pub fn live(&self) -> Vec<Arc<Conn>> {
+        self.conns.lock().unwrap().values().cloned().collect()
+    }
+
     /// Every live connection with both legs' TCP_INFO.
     pub fn status(&self) -> Vec<ConnStatus> {
         let conns: Vec<Arc<Conn>> = self.conns.lock().unwrap().values().cloned().collect();
@@ -148,6 +199,11 @@ impl Registry {
                 bytes_down: c.down.load(Relaxed),
                 satellite: tcpinfo::read(c.satellite.as_raw_fd()),
                 terrestrial: tcpinfo::read(c.terrestrial.as_raw_fd()),
+                adaptive: c.adaptive.lock().unwrap().as_ref().map(|a| AdaptiveStatus {
+                    class: a.class.map(|k| k.name()).unwrap_or("").into(),
+                    switches: a.switches,
+                    reason: a.reason.clone(),
+                }),
             })
             .collect()
     }

@@ -68,6 +68,32 @@ pub async fn run(
             }
         }
     }
+    if let Some(a) = &cfg.adaptive {
+        for (_, cc) in &a.policy {
+            let ours = satpep_cc::BUNDLED.iter().any(|b| b.name == cc.as_str());
+            let loaded = bundled
+                .iter()
+                .any(|l: &satpep_cc::Loaded| l.name == cc.as_str());
+            if ours && !loaded && !satpep_cc::available().iter().any(|x| x == cc) {
+                let l = satpep_cc::load(cc, &satpep_cc::Options::default())
+                    .map_err(|e| format!("adaptive.policy: {e}"))?;
+                info!(congestion = %cc, "loaded");
+                bundled.push(l);
+            }
+        }
+        let avail = satpep_cc::available();
+        if let Some((class, cc)) = a
+            .policy
+            .iter()
+            .find(|(_, cc)| !cc.is_empty() && !avail.iter().any(|x| x == cc))
+        {
+            return Err(format!(
+                "adaptive.policy.{}: congestion control '{cc}' is not available ({})",
+                class.name(),
+                avail.join(" ")
+            ));
+        }
+    }
     // Check the congestion controls before intercepting anything.
     for leg in [&down_leg, &up_leg] {
         let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
@@ -143,6 +169,10 @@ pub async fn run(
         .memory_limit
         .store(cfg.max_memory, Relaxed);
     let cfg = Arc::new(cfg);
+    let adaptive = cfg
+        .adaptive
+        .clone()
+        .map(|a| tokio::spawn(crate::adaptive::run(a, registry.clone())));
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
     tokio::pin!(shutdown);
     loop {
@@ -176,6 +206,9 @@ pub async fn run(
         warn!(live, "stopping: resetting live connections");
     }
     sampler.abort();
+    if let Some(a) = adaptive {
+        a.abort();
+    }
     if let Some(h) = &holder {
         h.stop();
     }

@@ -36,22 +36,31 @@ fn set_transparent(s: &Socket, v6: bool) -> io::Result<()> {
         .or_else(|e| if v6 { Ok(()) } else { Err(e) })
 }
 
+/// Selects congestion control `name` on socket `fd` (TCP_CONGESTION); works on connected
+/// sockets too.
+pub fn set_congestion(fd: std::os::fd::RawFd, name: &str) -> io::Result<()> {
+    // SAFETY: the name is passed with its length.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr() as *const libc::c_void,
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Applies a leg's tuning to a socket. An unknown congestion control is an error naming it.
 pub fn tune(s: SockRef<'_>, leg: &Leg) -> io::Result<()> {
     let fd = s.as_raw_fd();
     if let Some(cc) = &leg.congestion {
-        // SAFETY: the name is passed with its length.
-        let r = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_CONGESTION,
-                cc.as_ptr() as *const libc::c_void,
-                cc.len() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            let e = io::Error::last_os_error();
+        if let Err(e) = set_congestion(fd, cc) {
             return Err(io::Error::new(
                 e.kind(),
                 format!("congestion control '{cc}' is not available: {e}"),

@@ -41,7 +41,9 @@ enum LabSub {
         /// both, each sending over the satellite with its own congestion control).
         #[arg(long, value_name = "MODE", default_value = "none")]
         pep: String,
-        /// Congestion control of the PEPs' satellite legs (a kernel name: cubic, bbr, reno).
+        /// Congestion control of the PEPs' satellite legs: a kernel one (cubic, bbr, reno),
+        /// one of satpep's (satpep_hybla, satpep_tarang, …; loaded and pinned if needed), or
+        /// `adaptive` (chosen per connection from the path's class).
         #[arg(long, value_name = "CC", requires = "pep")]
         cc: Option<String>,
         /// With --pep split: run the proxy only in the terminal (the single-PEP setup of

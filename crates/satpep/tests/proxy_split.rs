@@ -733,3 +733,103 @@ fn strict_handshake_answers_the_client_as_the_server_did() {
         );
     }
 }
+
+/// Downloads from the server for `secs` while polling the gateway's status; returns the
+/// satellite leg's controllers and adaptive classes seen, in order, without repeats.
+fn adaptive_run(lab: &Lab, port: u16, secs: u64) -> (Vec<String>, Vec<String>) {
+    let listener = in_netns(&lab.ns(Host::Server), move || {
+        TcpListener::bind(("0.0.0.0", port)).unwrap()
+    })
+    .join()
+    .unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let chunk = vec![1u8; 1 << 16];
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(secs) && s.write_all(&chunk).is_ok() {}
+        // A reset ends the test at once instead of draining every buffer on the path.
+        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+    });
+    let reader = in_netns(&lab.ns(Host::Client), move || {
+        let mut s = TcpStream::connect(("198.18.3.2", port)).unwrap();
+        let mut sink = vec![0u8; 1 << 16];
+        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    let (mut ccs, mut classes) = (Vec::<String>::new(), Vec::<String>::new());
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_millis(500));
+        let out = lab
+            .command(Host::Gateway, bin())
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
+        let Ok(st) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+            continue;
+        };
+        if let Some(c) = st["connections"].as_array().and_then(|a| a.first()) {
+            let cc = c["satellite"]["congestion"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if !cc.is_empty() && ccs.last() != Some(&cc) {
+                ccs.push(cc);
+            }
+            let class = c["adaptive"]["class"].as_str().unwrap_or("").to_string();
+            if !class.is_empty() && classes.last() != Some(&class) {
+                classes.push(class);
+            }
+        }
+    }
+    reader.join().unwrap();
+    (ccs, classes)
+}
+
+#[test]
+fn adaptive_picks_hybla_on_a_clean_long_path_and_tarang_on_a_lossy_one() {
+    let pep = || {
+        Some(Pep {
+            cc: Some("adaptive".into()),
+            ..Default::default()
+        })
+    };
+    // RTT 300 ms, 20 Mbit/s: a long fat connection.
+    let clean = lab_with("pad", "[both]\nrate='20Mbit'\ndelay='150ms'\n", pep());
+    let (ccs, classes) = adaptive_run(&clean, 9020, 8);
+    assert_eq!(
+        classes.first().map(String::as_str),
+        Some("long_fat"),
+        "{classes:?}"
+    );
+    assert_eq!(
+        ccs.last().map(String::as_str),
+        Some("satpep_hybla"),
+        "{ccs:?}"
+    );
+    drop(clean);
+    // The same with BER 1e-6: losses with no queue behind them are the link's.
+    let lossy = lab_with(
+        "padl",
+        "[both]\nrate='20Mbit'\ndelay='150ms'\n[forward]\nber=1e-6\n",
+        pep(),
+    );
+    let (ccs, classes) = adaptive_run(&lossy, 9021, 8);
+    // Long and lossy. (Fat or thin: the rate is the flow's own best delivery rate, which
+    // losses may keep under 10 Mbit/s at first; Tarang either way.)
+    let first = classes.first().cloned().unwrap_or_default();
+    assert!(
+        first.starts_with("long_") && first.ends_with("_lossy"),
+        "{classes:?}"
+    );
+    assert_eq!(
+        ccs.last().map(String::as_str),
+        Some("satpep_tarang"),
+        "{ccs:?}"
+    );
+    let log = std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-gateway.log", lossy.name))
+        .unwrap();
+    assert!(
+        log.contains("congestion control switched") && log.contains("to=satpep_tarang"),
+        "{log}"
+    );
+}
