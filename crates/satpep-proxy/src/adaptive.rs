@@ -99,8 +99,6 @@ pub struct Observation {
     pub delivery_rate_bps: f64,
     /// Retransmitted segments so far.
     pub total_retrans: u32,
-    /// Congestion window, bytes (cwnd x MSS).
-    pub cwnd_bytes: f64,
 }
 
 /// Per-connection classifier state.
@@ -169,12 +167,7 @@ impl Classifier {
         } else {
             queue_ms > threshold * (1.0 + HYSTERESIS)
         };
-        // A window well above what the path has delivered per min RTT must be queueing
-        // somewhere, even if the once-a-second sample caught the queue drained: losses then
-        // are congestion.
-        let pipe_bytes = self.max_rate_bps / 8.0 * o.min_rtt_ms / 1000.0;
-        let over_pipe = pipe_bytes > 0.0 && o.cwnd_bytes > 1.25 * pipe_bytes;
-        if o.total_retrans > self.last_retrans && !self.queue && !over_pipe {
+        if o.total_retrans > self.last_retrans && !self.queue {
             // Lost with no queue to overflow: the link's errors.
             self.last_link_loss = Some(now);
         }
@@ -245,7 +238,6 @@ pub async fn run(
                     rtt_ms: info.rtt_ms,
                     delivery_rate_bps: info.delivery_rate_bps as f64,
                     total_retrans: info.total_retrans,
-                    cwnd_bytes: info.cwnd as f64 * info.mss as f64,
                 },
                 now,
             );
@@ -297,8 +289,6 @@ mod tests {
             rtt_ms: rtt,
             delivery_rate_bps: rate_mbit * 1e6,
             total_retrans: retrans,
-            // A window of exactly the pipe.
-            cwnd_bytes: rate_mbit * 1e6 / 8.0 * min_rtt / 1000.0,
         }
     }
 
@@ -319,12 +309,6 @@ mod tests {
             k.observe(&obs(600.0, 601.0, 50.0, 3), t).0,
             Class::LongFatLossy
         );
-        // A loss with the window far above the pipe: congestion too.
-        let mut k = Classifier::default();
-        k.observe(&obs(600.0, 601.0, 50.0, 0), t);
-        let mut o = obs(600.0, 601.0, 50.0, 3);
-        o.cwnd_bytes *= 2.0;
-        assert_eq!(k.observe(&o, t).0, Class::LongFat);
         // A loss with a queue: congestion, not a lossy link.
         let mut k = Classifier::default();
         k.observe(&obs(600.0, 700.0, 50.0, 0), t);
