@@ -6,7 +6,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 
-fn setopt_int(fd: i32, level: i32, opt: i32, v: i32) -> io::Result<()> {
+/// Sets an integer socket option.
+pub fn setopt_int(fd: i32, level: i32, opt: i32, v: i32) -> io::Result<()> {
     // SAFETY: pointer to a live c_int with its size.
     let r = unsafe {
         libc::setsockopt(

@@ -45,50 +45,21 @@ fn load(name: &str, rtt0_ms: u32) -> satpep_cc::Loaded {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(&path).unwrap();
-        // SAFETY: setns on this thread only, with a valid namespace fd.
-        assert_eq!(
-            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
-        f()
-    })
-}
-
-fn setsockopt_int(fd: i32, level: i32, opt: i32, v: i32) {
-    // SAFETY: pointer to a live c_int with its size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            &v as *const i32 as *const libc::c_void,
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt {opt}");
-}
-
 /// A bulk transfer server → client for `secs` with congestion control `cc`; the sender's
 /// TCP_INFO every 2 ms.
 fn bulk(lab: &Lab, cc: &'static str, secs: f64) -> Vec<Sample> {
     let listener = in_netns(&lab.ns(Host::Server), move || {
         let l = TcpListener::bind("0.0.0.0:9500").unwrap();
-        set_congestion(l.as_raw_fd(), cc)
+        satpep_proxy::sockets::set_congestion(l.as_raw_fd(), cc)
             .unwrap_or_else(|e| panic!("TCP_CONGESTION {cc}: {e}; is it loaded?"));
         // Large enough never to limit these links (4 x their largest BDP).
-        setsockopt_int(
+        satpep_proxy::sockets::setopt_int(
             l.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_SNDBUFFORCE,
             16 << 20,
-        );
+        )
+        .unwrap();
         l
     })
     .join()
@@ -144,12 +115,13 @@ fn bulk(lab: &Lab, cc: &'static str, secs: f64) -> Vec<Sample> {
         let sock =
             socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         // Fixed, large window: no receive-window autotuning in the way.
-        setsockopt_int(
+        satpep_proxy::sockets::setopt_int(
             sock.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_RCVBUFFORCE,
             128 << 20,
-        );
+        )
+        .unwrap();
         sock.connect(
             &"198.18.3.2:9500"
                 .parse::<std::net::SocketAddr>()

@@ -63,7 +63,7 @@ fn a_loaded_controller_is_usable_by_any_socket_and_goes_away_when_unloaded() {
     // Any process can now select it by name.
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     use std::os::fd::AsRawFd;
-    set_congestion(s.as_raw_fd(), "satpep_scalable").unwrap();
+    satpep_proxy::sockets::set_congestion(s.as_raw_fd(), "satpep_scalable").unwrap();
     drop(s);
     let (ok, _, err) = run(&["cc", "unload", "satpep_scalable"]);
     assert!(ok, "{err}");

@@ -28,25 +28,6 @@ fn split_lab_with(tag: &str, link: &str, max_connections: Option<u32>) -> Lab {
     )
 }
 
-/// Runs `f` on a thread inside network namespace `ns`.
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(&path).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: setns on this thread only, with a valid namespace fd.
-        assert_eq!(
-            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
-            0,
-            "setns {path}"
-        );
-        f()
-    })
-}
-
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[0] ^ seed)

@@ -82,21 +82,21 @@ pub fn ping_seqs(lab: &Lab, args: &[&str]) -> (Vec<u32>, String) {
     (seqs, text)
 }
 
-/// Selects congestion control `name` on socket `fd` (TCP_CONGESTION).
-pub fn set_congestion(fd: std::os::fd::RawFd, name: &str) -> std::io::Result<()> {
-    // SAFETY: the name is passed with its length.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr() as *const libc::c_void,
-            name.len() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+/// Runs `f` on a thread inside network namespace `ns`.
+pub fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let fd = std::fs::File::open(&path).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on this thread only, with a valid namespace fd.
+        assert_eq!(
+            unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) },
+            0,
+            "setns {path}"
+        );
+        f()
+    })
 }
