@@ -494,13 +494,11 @@ impl ProxyFile {
                     )
                 })?)
             },
-            satellite: Leg {
-                congestion: self
-                    .satellite
-                    .resolve("satellite")?
-                    .congestion
-                    .filter(|c| c != "adaptive"),
-                ..self.satellite.resolve("satellite")?
+            satellite: {
+                // "adaptive" is not a kernel name: the leg starts on the default.
+                let mut leg = self.satellite.resolve("satellite")?;
+                leg.congestion = leg.congestion.filter(|c| c != "adaptive");
+                leg
             },
             terrestrial: self.terrestrial.resolve("terrestrial")?,
             adaptive: if self.satellite.congestion.as_deref() == Some("adaptive") {

@@ -51,36 +51,31 @@ pub async fn run(
         ));
     }
     // satpep's own congestion controls are loaded for as long as the proxy runs, unless
-    // something else (satpep cc load --pin) already registered them.
-    let mut bundled = Vec::new();
-    let available = satpep_cc::available();
-    for leg in [&down_leg, &up_leg] {
-        if let Some(cc) = &leg.congestion {
-            let ours = satpep_cc::BUNDLED.iter().any(|b| b.name == cc.as_str());
-            let loaded = bundled
+    // something else (satpep cc load --pin) already registered them. Each wanted one comes
+    // with the config key that asked for it, for the error message.
+    let mut wanted: Vec<(&str, String)> = [&down_leg, &up_leg]
+        .iter()
+        .filter_map(|l| Some((l.congestion.as_deref()?, format!("{}.congestion", side(l)))))
+        .collect();
+    if let Some(a) = &cfg.adaptive {
+        wanted.extend(
+            a.policy
                 .iter()
-                .any(|l: &satpep_cc::Loaded| l.name == cc.as_str());
-            if ours && !loaded && !available.iter().any(|a| a == cc) {
-                let l = satpep_cc::load(cc, &satpep_cc::Options::default())
-                    .map_err(|e| format!("{}.congestion: {e}", side(leg)))?;
-                info!(congestion = %cc, "loaded");
-                bundled.push(l);
-            }
+                .map(|(_, cc)| (cc.as_str(), "adaptive.policy".into())),
+        );
+    }
+    let mut bundled: Vec<satpep_cc::Loaded> = Vec::new();
+    for (cc, key) in wanted {
+        let ours = satpep_cc::BUNDLED.iter().any(|b| b.name == cc);
+        let loaded = bundled.iter().any(|l| l.name == cc);
+        if ours && !loaded && !satpep_cc::available().iter().any(|a| a == cc) {
+            let l = satpep_cc::load(cc, &satpep_cc::Options::default())
+                .map_err(|e| format!("{key}: {e}"))?;
+            info!(congestion = %cc, "loaded");
+            bundled.push(l);
         }
     }
     if let Some(a) = &cfg.adaptive {
-        for (_, cc) in &a.policy {
-            let ours = satpep_cc::BUNDLED.iter().any(|b| b.name == cc.as_str());
-            let loaded = bundled
-                .iter()
-                .any(|l: &satpep_cc::Loaded| l.name == cc.as_str());
-            if ours && !loaded && !satpep_cc::available().iter().any(|x| x == cc) {
-                let l = satpep_cc::load(cc, &satpep_cc::Options::default())
-                    .map_err(|e| format!("adaptive.policy: {e}"))?;
-                info!(congestion = %cc, "loaded");
-                bundled.push(l);
-            }
-        }
         let avail = satpep_cc::available();
         if let Some((class, cc)) = a
             .policy
