@@ -1,0 +1,294 @@
+//! Credentials for the tunnel: a private certificate authority per deployment, and one
+//! certificate per satpep, signed by it. Both ends present their certificate and accept only
+//! a peer whose certificate chains to the deployment's CA (mutual TLS 1.3); the terminal
+//! also checks the gateway's name. Nothing else is trusted: not the system's roots.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// ALPN protocol of the tunnel; a peer speaking anything else is refused in the handshake.
+pub const ALPN: &[u8] = b"satpep/1";
+
+/// The CA's subject; a CA certificate regenerated from the same key and subject signs
+/// certificates that chain to the original.
+fn ca_params() -> CertificateParams {
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "satpep tunnel CA");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    p
+}
+
+/// Whether `name` can be a certificate name (a DNS-style label sequence).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+fn write_public(path: &Path, text: &str) -> Result<(), String> {
+    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Files written by [`keygen`].
+#[derive(Debug, Clone)]
+pub struct Generated {
+    /// The CA certificate (give it to every satpep).
+    pub ca: PathBuf,
+    /// Certificate and key per name.
+    pub nodes: Vec<(String, PathBuf, PathBuf)>,
+    /// A new CA was made (rather than an existing one used).
+    pub new_ca: bool,
+}
+
+/// Writes into `dir` a CA (`ca.pem`, `ca.key`), unless one is there already, and for each
+/// name a certificate signed by it (`NAME.pem`, `NAME.key`). Keys are mode 0600. Existing
+/// node files are not overwritten unless `force`.
+pub fn keygen(dir: &Path, names: &[String], force: bool) -> Result<Generated, String> {
+    if names.is_empty() {
+        return Err("name at least one satpep (e.g. terminal gateway)".into());
+    }
+    for n in names {
+        if !valid_name(n) {
+            return Err(format!(
+                "'{n}' is not a usable name (letters, digits, '-' and '.', up to 63)"
+            ));
+        }
+        if n == "ca" {
+            return Err("'ca' is the authority's own file name; pick another name".into());
+        }
+    }
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let (ca_pem, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let new_ca = !ca_key.exists();
+    let ca_kp = if new_ca {
+        let kp = KeyPair::generate().map_err(|e| e.to_string())?;
+        let cert = ca_params().self_signed(&kp).map_err(|e| e.to_string())?;
+        write_private(&ca_key, &kp.serialize_pem())?;
+        write_public(&ca_pem, &cert.pem())?;
+        kp
+    } else {
+        let text = fs::read_to_string(&ca_key)
+            .map_err(|e| format!("cannot read {}: {e}", ca_key.display()))?;
+        KeyPair::from_pem(&text).map_err(|e| format!("{}: {e}", ca_key.display()))?
+    };
+    let ca_cert = ca_params().self_signed(&ca_kp).map_err(|e| e.to_string())?;
+    let mut nodes = Vec::new();
+    for n in names {
+        let (pem, key) = (dir.join(format!("{n}.pem")), dir.join(format!("{n}.key")));
+        if !force && (pem.exists() || key.exists()) {
+            return Err(format!(
+                "{} exists already (--force replaces it)",
+                pem.display()
+            ));
+        }
+        let kp = KeyPair::generate().map_err(|e| e.to_string())?;
+        let mut p = CertificateParams::new(vec![n.clone()]).map_err(|e| e.to_string())?;
+        p.distinguished_name.push(DnType::CommonName, n.as_str());
+        p.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let cert = p
+            .signed_by(&kp, &ca_cert, &ca_kp)
+            .map_err(|e| e.to_string())?;
+        write_private(&key, &kp.serialize_pem())?;
+        write_public(&pem, &cert.pem())?;
+        nodes.push((n.clone(), pem, key));
+    }
+    Ok(Generated {
+        ca: ca_pem,
+        nodes,
+        new_ca,
+    })
+}
+
+/// One satpep's credentials, loaded.
+#[derive(Debug)]
+pub struct Credentials {
+    /// Certificates that peers must chain to.
+    pub roots: Arc<rustls::RootCertStore>,
+    /// This satpep's certificate chain.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// Its private key.
+    pub key: PrivateKeyDer<'static>,
+}
+
+fn certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let text = fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))?;
+    let v: Result<Vec<_>, _> = rustls_pemfile::certs(&mut text.as_slice()).collect();
+    let v = v.map_err(|e| format!("{key}: {}: {e}", path.display()))?;
+    if v.is_empty() {
+        return Err(format!(
+            "{key}: {} holds no PEM certificate",
+            path.display()
+        ));
+    }
+    Ok(v)
+}
+
+impl Credentials {
+    /// Loads the CA certificate, this satpep's certificate and its key; errors name the
+    /// config key (`tunnel.ca`, `tunnel.cert`, `tunnel.key`) and the file.
+    pub fn load(ca: &Path, cert: &Path, key: &Path) -> Result<Credentials, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs(ca, "tunnel.ca")? {
+            roots
+                .add(c)
+                .map_err(|e| format!("tunnel.ca: {}: {e}", ca.display()))?;
+        }
+        let chain = certs(cert, "tunnel.cert")?;
+        let text =
+            fs::read(key).map_err(|e| format!("tunnel.key: cannot read {}: {e}", key.display()))?;
+        let key = rustls_pemfile::private_key(&mut text.as_slice())
+            .map_err(|e| format!("tunnel.key: {}: {e}", key.display()))?
+            .ok_or_else(|| format!("tunnel.key: {} holds no PEM private key", key.display()))?;
+        Ok(Credentials {
+            roots: Arc::new(roots),
+            chain,
+            key,
+        })
+    }
+
+    fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    /// TLS for the gateway: TLS 1.3 only, a client certificate from the CA required, no 0-RTT
+    /// (early data could be replayed into a new flow).
+    pub fn server_tls(&self) -> Result<rustls::ServerConfig, String> {
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            self.roots.clone(),
+            Self::provider(),
+        )
+        .build()
+        .map_err(|e| format!("tunnel.ca: {e}"))?;
+        let mut c = rustls::ServerConfig::builder_with_provider(Self::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| e.to_string())?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| format!("tunnel.cert/tunnel.key: {e}"))?;
+        c.alpn_protocols = vec![ALPN.to_vec()];
+        c.max_early_data_size = 0;
+        Ok(c)
+    }
+
+    /// TLS for the terminal: TLS 1.3 only, the gateway's certificate must chain to the CA and
+    /// carry the expected name; this satpep's certificate is presented. No 0-RTT.
+    pub fn client_tls(&self) -> Result<rustls::ClientConfig, String> {
+        let mut c = rustls::ClientConfig::builder_with_provider(Self::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(self.roots.clone())
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| format!("tunnel.cert/tunnel.key: {e}"))?;
+        c.alpn_protocols = vec![ALPN.to_vec()];
+        c.enable_early_data = false;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::client::danger::ServerCertVerifier;
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("satpep-keys-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn keygen_writes_a_ca_and_nodes_and_adds_nodes_later() {
+        let d = tmp("gen");
+        let g = keygen(&d, &["terminal".into(), "gateway".into()], false).unwrap();
+        assert!(g.new_ca);
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode(&d.join("ca.key")), 0o600);
+        assert_eq!(mode(&d.join("terminal.key")), 0o600);
+        let c = Credentials::load(&g.ca, &d.join("gateway.pem"), &d.join("gateway.key")).unwrap();
+        // The gateway's certificate carries its name, and only it.
+        let sv = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            c.roots.clone(),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        let name = |n: &str| rustls::pki_types::ServerName::try_from(n.to_string()).unwrap();
+        let now = rustls::pki_types::UnixTime::now();
+        sv.verify_server_cert(&c.chain[0], &[], &name("gateway"), &[], now)
+            .unwrap();
+        assert!(sv
+            .verify_server_cert(&c.chain[0], &[], &name("terminal"), &[], now)
+            .is_err());
+        c.server_tls().unwrap();
+        c.client_tls().unwrap();
+        // A second run reuses the CA and refuses to overwrite.
+        let e = keygen(&d, &["gateway".into()], false).unwrap_err();
+        assert!(e.contains("exists already"), "{e}");
+        let g2 = keygen(&d, &["terminal2".into()], false).unwrap();
+        assert!(!g2.new_ca);
+        // A node added later chains to the original CA.
+        let later = certs(&d.join("terminal2.pem"), "x").unwrap();
+        let roots = Credentials::load(&g.ca, &g.ca, &d.join("ca.key"))
+            .unwrap()
+            .roots;
+        let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots,
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        v.verify_client_cert(&later[0], &[], rustls::pki_types::UnixTime::now())
+            .unwrap();
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn bad_names_and_files_are_reported() {
+        let d = tmp("bad");
+        assert!(keygen(&d, &["a b".into()], false)
+            .unwrap_err()
+            .contains("'a b'"));
+        assert!(keygen(&d, &[], false).is_err());
+        assert!(keygen(&d, &["ca".into()], false).is_err());
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("junk.pem"), "not pem").unwrap();
+        let e = Credentials::load(&d.join("junk.pem"), &d.join("x"), &d.join("y")).unwrap_err();
+        assert!(
+            e.starts_with("tunnel.ca:") && e.contains("no PEM certificate"),
+            "{e}"
+        );
+        let e = Credentials::load(&d.join("none.pem"), &d.join("x"), &d.join("y")).unwrap_err();
+        assert!(e.starts_with("tunnel.ca: cannot read"), "{e}");
+        fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,201 @@
+//! The QUIC transport across the hop, sized for a long fat link. quinn's defaults (12 KB
+//! initial window, 1.25 MB stream window, 10 MB send window… for a 100 Mbit/s, 600 ms hop
+//! whose BDP is 7.5 MB) would cap throughput far below the link; here every window comes from
+//! the configured rate × RTT, and the idle timeout from how long an outage flows survive.
+
+use crate::congestion::{factory, Algorithm, HopInfo};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The hop as configured at one end.
+#[derive(Debug, Clone, Copy)]
+pub struct Hop {
+    /// This side's sending rate, bits per second, if known.
+    pub send_rate: Option<u64>,
+    /// The peer's sending rate (what this side receives), bits per second, if known.
+    pub receive_rate: Option<u64>,
+    /// Round-trip time.
+    pub rtt: Duration,
+    /// How long the hop may be silent before the tunnel (and its flows) is given up.
+    pub outage: Duration,
+    /// Congestion control of this side's sending direction.
+    pub congestion: Algorithm,
+}
+
+/// Smallest flow-control window, whatever the rate (a fast terrestrial burst must fit).
+const MIN_WINDOW: u64 = 4 << 20;
+
+fn bdp(rate_bps: Option<u64>, rtt: Duration) -> u64 {
+    rate_bps.map_or(0, |r| (r as u128 * rtt.as_nanos() / 8_000_000_000) as u64)
+}
+
+impl Hop {
+    /// Bytes this side may have sent and not had acknowledged: two BDPs (room for a queue
+    /// and for repairs) and at least 4 MiB.
+    pub fn send_window(&self) -> u64 {
+        (2 * bdp(self.send_rate, self.rtt)).max(MIN_WINDOW)
+    }
+
+    /// Bytes the peer may send ahead of this side's reading, on the whole connection: two
+    /// BDPs and at least 4 MiB (16 MiB without a known rate).
+    pub fn receive_window(&self) -> u64 {
+        match self.receive_rate {
+            Some(_) => (2 * bdp(self.receive_rate, self.rtt)).max(MIN_WINDOW),
+            None => 16 << 20,
+        }
+    }
+
+    /// The same per stream: one flow alone can fill the hop (1.5 BDPs, at least 4 MiB).
+    pub fn stream_window(&self) -> u64 {
+        match self.receive_rate {
+            Some(_) => (3 * bdp(self.receive_rate, self.rtt) / 2).max(MIN_WINDOW),
+            None => 16 << 20,
+        }
+    }
+
+    /// UDP socket buffer bytes: a BDP of either direction, at least 8 MiB, so a burst of
+    /// paced datagrams or acknowledgements is not dropped by the host itself.
+    pub fn socket_buffer(&self) -> usize {
+        bdp(self.send_rate, self.rtt)
+            .max(bdp(self.receive_rate, self.rtt))
+            .max(8 << 20)
+            .min(1 << 30) as usize
+    }
+
+    /// quinn's transport configuration for this hop.
+    pub fn transport(&self) -> quinn::TransportConfig {
+        let mut t = quinn::TransportConfig::default();
+        let var = |v: u64| quinn::VarInt::from_u64(v).unwrap_or(quinn::VarInt::MAX);
+        t.stream_receive_window(var(self.stream_window()))
+            .receive_window(var(self.receive_window()))
+            .send_window(self.send_window())
+            // Flows are opened by the terminal; each is one bidirectional stream.
+            .max_concurrent_bidi_streams(var(100_000))
+            .max_concurrent_uni_streams(var(0))
+            .initial_rtt(self.rtt)
+            // The connection survives an outage of `outage`; keep-alives keep a quiet
+            // connection from timing out and give the satellite controller its probes.
+            .max_idle_timeout(Some(
+                quinn::IdleTimeout::try_from(self.outage + Duration::from_secs(5))
+                    .expect("outage is bounded by the config"),
+            ))
+            .keep_alive_interval(Some(Duration::from_secs(1)))
+            // Streams of equal priority take turns packet by packet (round robin).
+            .send_fairness(true)
+            .congestion_controller_factory(factory(
+                self.congestion,
+                HopInfo {
+                    rate: self.send_rate.map(|r| r / 8),
+                    rtt: self.rtt,
+                },
+            ));
+        t
+    }
+}
+
+/// A UDP socket bound to `addr` with buffers of `buffer` bytes (forced past the sysctl
+/// limits when running as root).
+pub fn udp_socket(addr: SocketAddr, buffer: usize) -> std::io::Result<std::net::UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        // [::] takes IPv4 peers too.
+        let _ = s.set_only_v6(false);
+    }
+    let b = buffer.min(i32::MAX as usize) as i32;
+    use std::os::fd::AsRawFd;
+    let fd = s.as_raw_fd();
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if setopt(fd, force, b).is_err() {
+            setopt(fd, plain, b)?;
+        }
+    }
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+fn setopt(fd: i32, opt: i32, v: i32) -> std::io::Result<()> {
+    // SAFETY: pointer to a live c_int with its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            &v as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A QUIC endpoint on `socket`: a server (gateway) when `server` is given, and able to
+/// connect out (terminal) with `client`.
+pub fn endpoint(
+    socket: std::net::UdpSocket,
+    server: Option<quinn::ServerConfig>,
+    client: Option<quinn::ClientConfig>,
+) -> std::io::Result<quinn::Endpoint> {
+    let mut e = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        server,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )?;
+    if let Some(c) = client {
+        e.set_default_client_config(c);
+    }
+    Ok(e)
+}
+
+/// The gateway's QUIC server configuration: `tls` and the hop's transport.
+pub fn server_config(tls: rustls::ServerConfig, hop: &Hop) -> Result<quinn::ServerConfig, String> {
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| format!("TLS configuration unusable for QUIC: {e}"))?;
+    let mut s = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    s.transport_config(Arc::new(hop.transport()));
+    Ok(s)
+}
+
+/// The terminal's QUIC client configuration.
+pub fn client_config(tls: rustls::ClientConfig, hop: &Hop) -> Result<quinn::ClientConfig, String> {
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .map_err(|e| format!("TLS configuration unusable for QUIC: {e}"))?;
+    let mut c = quinn::ClientConfig::new(Arc::new(crypto));
+    c.transport_config(Arc::new(hop.transport()));
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_follow_rate_times_rtt() {
+        let h = Hop {
+            send_rate: Some(100_000_000),
+            receive_rate: Some(10_000_000),
+            rtt: Duration::from_millis(600),
+            outage: Duration::from_secs(60),
+            congestion: Algorithm::Satellite,
+        };
+        assert_eq!(h.send_window(), 15_000_000);
+        // 10 Mbit/s × 600 ms = 750 kB: the 4 MiB floor.
+        assert_eq!(h.receive_window(), 4 << 20);
+        assert_eq!(h.socket_buffer(), 8 << 20);
+        let fast = Hop {
+            receive_rate: Some(1_000_000_000),
+            ..h
+        };
+        assert_eq!(fast.receive_window(), 150_000_000);
+        assert_eq!(fast.stream_window(), 112_500_000);
+        assert_eq!(fast.socket_buffer(), 75_000_000);
+    }
+}
