@@ -205,6 +205,9 @@ pub struct Pep {
     pub satellite_toml: Option<String>,
     /// Run a proxy only in the terminal host, not also in the gateway.
     pub terminal_only: bool,
+    /// Distributed mode with this tunnel controller (satellite, hybla, cubic, bbr, newreno):
+    /// the terminal carries every flow to the gateway in one QUIC connection.
+    pub tunnel: Option<String>,
 }
 
 impl Default for UpOptions {
@@ -733,7 +736,17 @@ impl Lab {
             (Host::Gateway, "to-link", "downstream"),
         ];
         let n = if pep.terminal_only { 1 } else { 2 };
-        for &(host, ifname, side) in &hosts[..n] {
+        // A tunnel's gateway starts first, so the terminal finds it listening.
+        let order: Vec<_> = if pep.tunnel.is_some() {
+            vec![hosts[1], hosts[0]]
+        } else {
+            hosts[..n].to_vec()
+        };
+        let keys = dir.join("keys");
+        if pep.tunnel.is_some() && !keys.join("gateway.pem").exists() {
+            satpep_tunnel::keys::keygen(&keys, &["terminal".into(), "gateway".into()], true)?;
+        }
+        for (host, ifname, side) in order {
             let cc = pep
                 .cc
                 .as_ref()
@@ -758,8 +771,36 @@ impl Lab {
                     .as_ref()
                     .map(|r| format!("relay = \"{r}\"\n"))
                     .unwrap_or_default();
+            let tunnel = match &pep.tunnel {
+                None => String::new(),
+                Some(t) => {
+                    // Each end sends at its own direction's rate: the gateway forward (down
+                    // to the terminal), the terminal return.
+                    let (role, me, peer_rate, send_rate) = if host == Host::Gateway {
+                        ("gateway", "gateway", cfg.ret.rate.max_bps(), cfg.forward.rate.max_bps())
+                    } else {
+                        ("terminal", "terminal", cfg.forward.rate.max_bps(), cfg.ret.rate.max_bps())
+                    };
+                    let peer = if host == Host::Terminal {
+                        "peer = \"198.18.2.2:7701\"\n"
+                    } else {
+                        ""
+                    };
+                    let k = |f: &str| keys.join(f).display().to_string();
+                    format!(
+                        "[tunnel]\nrole = \"{role}\"\n{peer}ca = \"{ca}\"\ncert = \"{cert}\"\nkey = \"{key}\"\ncongestion = \"{t}\"\nrate = \"{sr}\"\nreceive_rate = \"{pr}\"\nrtt = \"{rtt}ns\"\n",
+                        ca = k("ca.pem"),
+                        cert = k(&format!("{me}.pem")),
+                        key = k(&format!("{me}.key")),
+                        sr = send_rate.round() as u64,
+                        pr = peer_rate.round() as u64,
+                        rtt = rtt_ns.max(1_000_000),
+                    )
+                }
+            };
+            let cc = if pep.tunnel.is_some() { String::new() } else { cc };
             let text = format!(
-                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n{more}",
+                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n{more}{tunnel}",
                 more = pep.satellite_toml.as_deref().unwrap_or_default(),
                 host = host.name(),
                 name = self.name,

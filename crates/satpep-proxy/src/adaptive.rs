@@ -213,7 +213,9 @@ pub async fn run(
             if cfg.interactive_ports.contains(&conn.dst.port()) {
                 continue;
             }
-            let fd = conn.satellite_fd();
+            let Some(fd) = conn.satellite_fd() else {
+                continue;
+            };
             let Some(info) = crate::tcpinfo::read(fd) else {
                 continue;
             };

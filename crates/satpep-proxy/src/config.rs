@@ -25,6 +25,182 @@ pub struct ProxyFile {
     /// Adaptive congestion control (`congestion = "adaptive"` on the satellite leg).
     #[serde(default)]
     pub adaptive: AdaptiveFile,
+    /// Distributed mode: flows cross the satellite hop in a QUIC tunnel to a peer satpep.
+    pub tunnel: Option<TunnelFile>,
+}
+
+/// The `[tunnel]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelFile {
+    /// "terminal" (intercepts clients, opens flows) or "gateway" (carries them to servers).
+    pub role: Option<String>,
+    /// Terminal: the gateway's UDP address.
+    pub peer: Option<String>,
+    /// UDP address to listen on (gateway, default [::]:7701) or send from (terminal,
+    /// default [::]:0).
+    pub listen: Option<String>,
+    /// The deployment's CA certificate (PEM); peers must chain to it.
+    pub ca: Option<String>,
+    /// This satpep's certificate (PEM), signed by the CA.
+    pub cert: Option<String>,
+    /// This satpep's private key (PEM).
+    pub key: Option<String>,
+    /// Terminal: the name in the gateway's certificate (default "gateway").
+    pub peer_name: Option<String>,
+    /// Congestion control of this side's sending direction (default "satellite").
+    pub congestion: Option<String>,
+    /// This side's sending rate on the hop (default: satellite.rate).
+    pub rate: Option<String>,
+    /// The peer's sending rate, sizing receive windows (default: this side's rate).
+    pub receive_rate: Option<String>,
+    /// The hop's round-trip time (default: satellite.rtt, else 600ms).
+    pub rtt: Option<String>,
+    /// How long the hop may be down before flows are given up (default 60s).
+    pub outage: Option<String>,
+}
+
+/// Which end of the tunnel this satpep is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Intercepts client connections and opens a stream per flow to the gateway.
+    Terminal,
+    /// Accepts the terminal's streams and connects to the servers.
+    Gateway,
+}
+
+/// The tunnel's resolved settings.
+#[derive(Debug, Clone)]
+pub struct TunnelConfig {
+    /// This end.
+    pub role: Role,
+    /// The gateway (terminal only).
+    pub peer: Option<std::net::SocketAddr>,
+    /// Local UDP address.
+    pub listen: std::net::SocketAddr,
+    /// CA, certificate and key files.
+    pub ca: std::path::PathBuf,
+    /// This satpep's certificate.
+    pub cert: std::path::PathBuf,
+    /// Its key.
+    pub key: std::path::PathBuf,
+    /// Expected name of the gateway's certificate.
+    pub peer_name: String,
+    /// The hop: rates, RTT, outage, controller.
+    pub hop: satpep_tunnel::transport::Hop,
+}
+
+impl PartialEq for TunnelConfig {
+    fn eq(&self, o: &Self) -> bool {
+        // Hop has no PartialEq (it holds floats nowhere, but quinn types are not comparable).
+        self.role == o.role
+            && self.peer == o.peer
+            && self.listen == o.listen
+            && (&self.ca, &self.cert, &self.key) == (&o.ca, &o.cert, &o.key)
+            && self.peer_name == o.peer_name
+            && format!("{:?}", self.hop) == format!("{:?}", o.hop)
+    }
+}
+
+impl TunnelFile {
+    fn resolve(&self, sat: &LegFile) -> Result<TunnelConfig, String> {
+        let role = match self.role.as_deref() {
+            Some("terminal") => Role::Terminal,
+            Some("gateway") => Role::Gateway,
+            Some(x) => {
+                return Err(format!(
+                    "tunnel.role: '{x}' (use \"terminal\" or \"gateway\")"
+                ))
+            }
+            None => return Err("tunnel.role: missing (\"terminal\" or \"gateway\")".into()),
+        };
+        let addr = |key: &str, v: &str| -> Result<std::net::SocketAddr, String> {
+            v.parse().map_err(|_| {
+                format!("tunnel.{key}: '{v}' is not an address:port (e.g. 198.18.2.2:7701)")
+            })
+        };
+        let peer = match (role, &self.peer) {
+            (Role::Terminal, Some(p)) => Some(addr("peer", p)?),
+            (Role::Terminal, None) => {
+                return Err("tunnel.peer: the terminal needs the gateway's address".into())
+            }
+            (Role::Gateway, Some(_)) => {
+                return Err("tunnel.peer: only the terminal names a peer".into())
+            }
+            (Role::Gateway, None) => None,
+        };
+        let listen = addr(
+            "listen",
+            self.listen.as_deref().unwrap_or(match role {
+                Role::Terminal => "[::]:0",
+                Role::Gateway => "[::]:7701",
+            }),
+        )?;
+        let file = |key: &str, v: &Option<String>| -> Result<std::path::PathBuf, String> {
+            match v {
+                Some(p) if !p.is_empty() => Ok(p.into()),
+                _ => Err(format!(
+                    "tunnel.{key}: missing (make credentials with `satpep keygen`)"
+                )),
+            }
+        };
+        let peer_name = self.peer_name.clone().unwrap_or("gateway".into());
+        if !satpep_tunnel::keys::valid_name(&peer_name) {
+            return Err(format!("tunnel.peer_name: '{peer_name}' is not a certificate name"));
+        }
+        let congestion = satpep_tunnel::congestion::Algorithm::parse(
+            self.congestion.as_deref().unwrap_or("satellite"),
+        )
+        .map_err(|e| format!("tunnel.congestion: {e}"))?;
+        let rate = |key: &str, v: Option<&String>| -> Result<Option<u64>, String> {
+            v.map(|r| {
+                let bps = parse_rate(r).map_err(|e| format!("tunnel.{key}: {e}"))?;
+                if !(1e3..=1e11).contains(&bps) {
+                    return Err(format!("tunnel.{key}: {r} is outside 1 kbit/s … 100 Gbit/s"));
+                }
+                Ok(bps as u64)
+            })
+            .transpose()
+        };
+        let send_rate = rate("rate", self.rate.as_ref().or(sat.rate.as_ref()))?;
+        let receive_rate = rate("receive_rate", self.receive_rate.as_ref())?.or(send_rate);
+        let dur = |key: &str, v: &str, lo: &str, hi: &str| -> Result<std::time::Duration, String> {
+            let ns = parse_duration_ns(v).map_err(|e| format!("tunnel.{key}: {e}"))?;
+            let bound = |b: &str| parse_duration_ns(b).expect("literal");
+            if !(bound(lo)..=bound(hi)).contains(&ns) {
+                return Err(format!("tunnel.{key}: {v} is outside {lo} … {hi}"));
+            }
+            Ok(std::time::Duration::from_nanos(ns))
+        };
+        let rtt = dur(
+            "rtt",
+            self.rtt.as_deref().or(sat.rtt.as_deref()).unwrap_or("600ms"),
+            "1ms",
+            "10s",
+        )?;
+        let outage = dur(
+            "outage",
+            self.outage.as_deref().unwrap_or("60s"),
+            "1s",
+            "1h",
+        )?;
+        Ok(TunnelConfig {
+            role,
+            peer,
+            listen,
+            ca: file("ca", &self.ca)?,
+            cert: file("cert", &self.cert)?,
+            key: file("key", &self.key)?,
+            peer_name,
+            hop: satpep_tunnel::transport::Hop {
+                send_rate,
+                receive_rate,
+                rtt,
+                outage,
+                congestion,
+            },
+        })
+    }
 }
 
 /// The `[adaptive]` section.
@@ -293,6 +469,8 @@ pub struct ProxyConfig {
     pub terrestrial: Leg,
     /// Adaptive selection on the satellite leg (`congestion = "adaptive"`), if chosen.
     pub adaptive: Option<AdaptiveConfig>,
+    /// Distributed mode, if configured.
+    pub tunnel: Option<TunnelConfig>,
 }
 
 fn nets(key: &str, v: &[String]) -> Result<Vec<IpNet>, String> {
@@ -511,6 +689,11 @@ impl ProxyFile {
                 }
                 None
             },
+            tunnel: self
+                .tunnel
+                .as_ref()
+                .map(|t| t.resolve(&self.satellite))
+                .transpose()?,
         })
     }
 }
@@ -572,6 +755,19 @@ mod tests {
     }
 
     #[test]
+    fn tunnel_defaults_come_from_the_satellite_leg() {
+        let c = cfg("[satellite]\nrate='100Mbit'\nrtt='600ms'\n[tunnel]\nrole='terminal'\npeer='198.18.2.2:7701'\nca='ca.pem'\ncert='t.pem'\nkey='t.key'\n").unwrap();
+        let t = c.tunnel.unwrap();
+        assert_eq!(t.role, Role::Terminal);
+        assert_eq!(t.hop.send_rate, Some(100_000_000));
+        assert_eq!(t.hop.receive_rate, Some(100_000_000));
+        assert_eq!(t.hop.rtt, std::time::Duration::from_millis(600));
+        assert_eq!(t.hop.outage, std::time::Duration::from_secs(60));
+        assert_eq!(t.peer_name, "gateway");
+        assert_eq!(t.listen, "[::]:0".parse().unwrap());
+    }
+
+    #[test]
     fn buffers_from_rate_and_rtt() {
         let c = cfg("[satellite]\nrate='50Mbit'\nrtt='600ms'\ncongestion='bbr'\n").unwrap();
         assert_eq!(c.satellite.buffer, Some(15_000_000));
@@ -622,6 +818,22 @@ mod tests {
             ("[proxy]\nport='x'", "port"),
             ("[proxy]\nprot=1", "prot"),
             ("[proxy]\nmetrics='localhost'", "proxy.metrics"),
+            ("[tunnel]\npeer='1.2.3.4:5'", "tunnel.role"),
+            ("[tunnel]\nrole='middle'", "tunnel.role"),
+            ("[tunnel]\nrole='terminal'", "tunnel.peer"),
+            ("[tunnel]\nrole='gateway'\npeer='198.18.0.1:1'", "tunnel.peer"),
+            ("[tunnel]\nrole='terminal'\npeer='x'", "tunnel.peer"),
+            ("[tunnel]\nrole='gateway'\nlisten='[::]'", "tunnel.listen"),
+            ("[tunnel]\nrole='gateway'", "tunnel.ca"),
+            ("[tunnel]\nrole='gateway'\nca='a'\ncert='b'", "tunnel.key"),
+            ("[tunnel]\nrole='gateway'\ncongestion='vegas'", "tunnel.congestion"),
+            ("[tunnel]\nrole='gateway'\nrate='fast'", "tunnel.rate"),
+            ("[tunnel]\nrole='gateway'\nrate='1bit'", "tunnel.rate"),
+            ("[tunnel]\nrole='gateway'\nrtt='1h'", "tunnel.rtt"),
+            ("[tunnel]\nrole='gateway'\noutage='0s'", "tunnel.outage"),
+            ("[tunnel]\nrole='gateway'\npeer_name='a b'", "tunnel.peer_name"),
+            ("[tunnel]\nrole='gateway'\nrate=5", "rate"),
+            ("[tunnel]\nrole='gateway'\nspeed=5", "speed"),
         ] {
             let e = cfg(t).unwrap_err();
             assert!(e.contains(key), "{t}: {e}");

@@ -33,16 +33,45 @@ pub type Key = (SocketAddr, SocketAddr);
 /// How long a connected upstream socket waits for its client's accept before it is reset.
 const ACCEPT_WAIT: Duration = Duration::from_secs(10);
 
+/// An upstream made for a held SYN.
+pub enum Ready {
+    /// A connected TCP socket (split mode).
+    Tcp(TcpStream),
+    /// A tunnel flow the gateway answered "connected" (distributed mode).
+    Flow(crate::tunnel::Flow),
+}
+
+impl Ready {
+    fn reset(self) {
+        match self {
+            Ready::Tcp(s) => crate::sockets::reset_on_close(SockRef::from(&s)),
+            Ready::Flow(mut f) => {
+                let _ = f.send.reset(crate::tunnel::CODE_RESET);
+                let _ = f.recv.stop(crate::tunnel::CODE_RESET);
+            }
+        }
+    }
+}
+
+/// Where held SYNs' connections go.
+#[derive(Clone)]
+pub enum Upstream {
+    /// Straight to the server, on this leg.
+    Tcp(Arc<Leg>),
+    /// Through the tunnel.
+    Tunnel(Arc<crate::tunnel::Terminal>),
+}
+
 /// Upstream connections made for held SYNs, waiting for the listener to accept their clients.
 #[derive(Default)]
 pub struct Holder {
-    ready: Mutex<HashMap<Key, TcpStream>>,
+    ready: Mutex<HashMap<Key, Ready>>,
     stop: AtomicBool,
 }
 
 impl Holder {
-    /// The connected upstream socket for `key`, if its SYN was held.
-    pub fn take(&self, key: &Key) -> Option<TcpStream> {
+    /// The connected upstream for `key`, if its SYN was held.
+    pub fn take(&self, key: &Key) -> Option<Ready> {
         self.ready.lock().unwrap().remove(key)
     }
 
@@ -84,7 +113,7 @@ pub fn parse(p: &[u8]) -> Option<Key> {
 pub fn start(
     num: u16,
     mark: u32,
-    leg: Arc<Leg>,
+    leg: Upstream,
     connect_timeout: Duration,
     counters: Arc<crate::registry::Registry>,
     rt: tokio::runtime::Handle,
@@ -114,7 +143,7 @@ fn run(
     mut q: nfq::Queue,
     holder: Arc<Holder>,
     marks: Marks,
-    leg: Arc<Leg>,
+    leg: Upstream,
     timeout: Duration,
     reg: Arc<crate::registry::Registry>,
     rt: tokio::runtime::Handle,
@@ -176,7 +205,7 @@ fn run(
 /// Connects upstream for a held SYN; returns the verdict mark.
 async fn connect(
     key: Key,
-    leg: &Leg,
+    leg: &Upstream,
     marks: &Marks,
     timeout: Duration,
     holder: &Arc<Holder>,
@@ -184,10 +213,16 @@ async fn connect(
 ) -> u32 {
     let (src, dst) = key;
     let attempt = async {
-        let sock = crate::sockets::upstream(src, leg, marks.upstream)?;
-        tokio::net::TcpSocket::from_std_stream(sock.into())
-            .connect(dst)
-            .await
+        match leg {
+            Upstream::Tcp(leg) => {
+                let sock = crate::sockets::upstream(src, leg, marks.upstream)?;
+                tokio::net::TcpSocket::from_std_stream(sock.into())
+                    .connect(dst)
+                    .await
+                    .map(Ready::Tcp)
+            }
+            Upstream::Tunnel(t) => t.open_strict(src, dst).await.map(Ready::Flow),
+        }
     };
     let c: &Counters = &reg.counters;
     match tokio::time::timeout(timeout, attempt).await {
@@ -197,13 +232,13 @@ async fn connect(
             let holder = holder.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(ACCEPT_WAIT).await;
-                if let Some(s) = holder.take(&key) {
-                    crate::sockets::reset_on_close(SockRef::from(&s));
+                if let Some(r) = holder.take(&key) {
+                    r.reset();
                 }
             });
             marks.local
         }
-        Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
             c.total.fetch_add(1, Relaxed);
             c.failed.fetch_add(1, Relaxed);
             info!(%src, %dst, "server refused; refusing the client");

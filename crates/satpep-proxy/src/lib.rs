@@ -12,3 +12,4 @@ pub mod routes;
 pub mod server;
 pub mod sockets;
 pub mod tcpinfo;
+pub mod tunnel;

@@ -90,7 +90,12 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
     let (d4, d6) = split(&cfg.destinations);
     // One selector per family: (family, match of selected new connections).
     let mut selectors = Vec::new();
+    // A tunnel gateway intercepts nothing: its flows come out of the tunnel.
+    let gateway = matches!(&cfg.tunnel, Some(t) if t.role == crate::config::Role::Gateway);
     for (fam, s, d) in [("ip", &s4, &d4), ("ip6", &s6, &d6)] {
+        if gateway {
+            continue;
+        }
         // A family the user restricted to nothing is not intercepted at all.
         if (!cfg.sources.is_empty() && s.is_empty())
             || (!cfg.destinations.is_empty() && d.is_empty())

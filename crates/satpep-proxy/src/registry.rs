@@ -48,7 +48,8 @@ pub struct Conn {
     pub up: AtomicU64,
     /// Server → client bytes so far.
     pub down: AtomicU64,
-    satellite: OwnedFd,
+    /// None for a tunnel flow: its satellite leg is a QUIC stream.
+    satellite: Option<OwnedFd>,
     terrestrial: OwnedFd,
     /// Adaptive congestion control state of the satellite leg.
     pub adaptive: Mutex<Option<Adaptive>>,
@@ -88,9 +89,10 @@ impl Conn {
         self.started.elapsed()
     }
 
-    /// The satellite leg's descriptor (a duplicate; for TCP_INFO and TCP_CONGESTION).
-    pub fn satellite_fd(&self) -> std::os::fd::RawFd {
-        self.satellite.as_raw_fd()
+    /// The satellite leg's descriptor (a duplicate; for TCP_INFO and TCP_CONGESTION); none
+    /// for a tunnel flow.
+    pub fn satellite_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.satellite.as_ref().map(|f| f.as_raw_fd())
     }
 }
 
@@ -129,12 +131,13 @@ pub struct Registry {
 
 impl Registry {
     /// Records a new split connection; `satellite` and `terrestrial` are duplicates of the
-    /// two legs' descriptors (kept only to read TCP_INFO).
+    /// two legs' descriptors (kept only to read TCP_INFO); a tunnel flow has no satellite
+    /// socket.
     pub fn add(
         &self,
         src: SocketAddr,
         dst: SocketAddr,
-        satellite: OwnedFd,
+        satellite: Option<OwnedFd>,
         terrestrial: OwnedFd,
     ) -> Arc<Conn> {
         let id = self.next.fetch_add(1, Relaxed) + 1;
@@ -159,7 +162,7 @@ impl Registry {
         let k = &self.counters;
         k.bytes_up.fetch_add(c.up.load(Relaxed), Relaxed);
         k.bytes_down.fetch_add(c.down.load(Relaxed), Relaxed);
-        if let Some(i) = tcpinfo::read(c.satellite.as_raw_fd()) {
+        if let Some(i) = c.satellite_fd().and_then(tcpinfo::read) {
             k.retrans_satellite
                 .fetch_add(i.total_retrans as u64, Relaxed);
         }
@@ -173,7 +176,7 @@ impl Registry {
     pub fn reset_all(&self) -> usize {
         let conns = self.conns.lock().unwrap();
         for c in conns.values() {
-            for fd in [&c.satellite, &c.terrestrial] {
+            for fd in c.satellite.iter().chain([&c.terrestrial]) {
                 crate::sockets::reset_on_close(socket2::SockRef::from(fd));
             }
         }
@@ -197,7 +200,7 @@ impl Registry {
                 age_s: c.started.elapsed().as_secs_f64(),
                 bytes_up: c.up.load(Relaxed),
                 bytes_down: c.down.load(Relaxed),
-                satellite: tcpinfo::read(c.satellite.as_raw_fd()),
+                satellite: c.satellite_fd().and_then(tcpinfo::read),
                 terrestrial: tcpinfo::read(c.terrestrial.as_raw_fd()),
                 adaptive: c.adaptive.lock().unwrap().as_ref().map(|a| AdaptiveStatus {
                     class: a.class.map(|k| k.name()).unwrap_or("").into(),

@@ -138,7 +138,7 @@ fn is_reset(e: &Option<(End, u64)>) -> bool {
 }
 
 /// Runs both directions until both end, or until one is reset (the other is then abandoned).
-async fn both_ways(
+pub(crate) async fn both_ways(
     a: impl std::future::Future<Output = (End, u64)>,
     b: impl std::future::Future<Output = (End, u64)>,
 ) -> (Option<(End, u64)>, Option<(End, u64)>) {

@@ -1,7 +1,8 @@
 //! The proxy's main loop: listen, install interception, accept and split connections, and
 //! remove interception on exit.
 
-use crate::config::ProxyConfig;
+use crate::config::{ProxyConfig, Role, TunnelConfig};
+use crate::tunnel::Terminal;
 use crate::netfilter;
 use crate::registry::{Counters, Registry};
 use crate::relay::{relay, End};
@@ -95,6 +96,22 @@ pub async fn run(
             .map_err(|e| e.to_string())?;
         tune(SockRef::from(&probe), leg).map_err(|e| e.to_string())?;
     }
+    if let Some(t) = cfg.tunnel.clone().filter(|t| t.role == Role::Gateway) {
+        // Toward the servers is the terrestrial leg, whatever satellite_side says.
+        let server_leg = cfg.terrestrial.clone();
+        let r = gateway(cfg, t, server_leg, shutdown).await;
+        drop(bundled);
+        return r;
+    }
+    let terminal = match &cfg.tunnel {
+        Some(t) => {
+            let term = Terminal::start(t)?;
+            let warm = term.clone();
+            tokio::spawn(async move { warm.warm().await });
+            Some(term)
+        }
+        None => None,
+    };
     let std_listener = listener(cfg.port, &down_leg).map_err(|e| {
         format!(
             "cannot listen on port {} (IP_TRANSPARENT needs root): {e}",
@@ -117,7 +134,10 @@ pub async fn run(
         Some(crate::hold::start(
             cfg.queue,
             cfg.mark,
-            Arc::new(up_leg.clone()),
+            match &terminal {
+                Some(t) => crate::hold::Upstream::Tunnel(t.clone()),
+                None => crate::hold::Upstream::Tcp(Arc::new(up_leg.clone())),
+            },
             CONNECT_TIMEOUT,
             registry.clone(),
             tokio::runtime::Handle::current(),
@@ -178,11 +198,15 @@ pub async fn run(
                     let (cfg, reg, dl, ul) = (cfg.clone(), registry.clone(), down_leg.clone(), up_leg.clone());
                     let adm = admission.clone();
                     let held = holder.clone();
+                    let term = terminal.clone();
                     // Counted from accept, so the limit holds while upstream connects are pending.
                     reg.counters.active.fetch_add(1, Relaxed);
                     adm.update(&reg.counters);
                     tokio::spawn(async move {
-                        handle(client, peer, cfg, reg.clone(), dl, ul, held).await;
+                        match term {
+                            Some(t) => handle_tunnel(client, peer, reg.clone(), dl, t, held).await,
+                            None => handle(client, peer, cfg, reg.clone(), dl, ul, held).await,
+                        }
                         reg.counters.active.fetch_sub(1, Relaxed);
                         tokio::task::spawn_blocking(move || adm.update(&reg.counters));
                     });
@@ -206,6 +230,9 @@ pub async fn run(
     }
     if let Some(h) = &holder {
         h.stop();
+    }
+    if let Some(t) = &terminal {
+        t.close();
     }
     netfilter::cleanup(cfg.mark, cfg.table);
     if let Some(c) = control {
@@ -317,7 +344,10 @@ async fn handle(
         warn!(%src, %dst, error = %e, "tuning the downstream leg failed");
     }
     // In strict mode the server has usually answered already, while the client's SYN was held.
-    let ready = holder.and_then(|h| h.take(&(src, dst)));
+    let ready = holder.and_then(|h| match h.take(&(src, dst)) {
+        Some(crate::hold::Ready::Tcp(s)) => Some(s),
+        _ => None,
+    });
     // With Fast Open, the client's first bytes ride in the server's SYN. They usually follow
     // the handshake's last ACK at once; a client that waits for the server to speak first
     // costs FASTOPEN_WAIT.
@@ -375,7 +405,7 @@ async fn handle(
         s.as_fd().try_clone_to_owned()
     };
     let conn = match (dup(sat), dup(ter)) {
-        (Ok(a), Ok(b)) => reg.add(src, dst, a, b),
+        (Ok(a), Ok(b)) => reg.add(src, dst, Some(a), b),
         _ => {
             warn!(%src, %dst, "out of file descriptors; resetting");
             reset_on_close(SockRef::from(&client));
@@ -391,4 +421,94 @@ async fn handle(
     reg.remove(&conn);
     let clean = r.up_end == End::Fin && r.down_end == End::Fin;
     info!(%src, %dst, up = r.up, down = r.down, clean, "closed");
+}
+
+/// A tunnel gateway: no interception, only the rules that deliver the servers' replies to
+/// its transparent sockets, and the QUIC endpoint carrying flows to the servers.
+async fn gateway(
+    cfg: ProxyConfig,
+    t: TunnelConfig,
+    server_leg: crate::config::Leg,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<Arc<Registry>, String> {
+    let registry = Arc::new(Registry::default());
+    let control = match cfg.metrics {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("proxy.metrics: cannot listen on {addr}: {e}"))?;
+            Some(tokio::spawn(crate::control::serve(l, registry.clone())))
+        }
+        None => None,
+    };
+    netfilter::install(&cfg)?;
+    let mark = netfilter::Marks::new(cfg.mark).upstream;
+    let r = crate::tunnel::run_gateway(&t, Arc::new(server_leg), mark, registry.clone(), shutdown)
+        .await;
+    let live = registry.reset_all();
+    if live > 0 {
+        warn!(live, "stopping: resetting live connections");
+    }
+    netfilter::cleanup(cfg.mark, cfg.table);
+    if let Some(c) = control {
+        c.abort();
+    }
+    info!("gateway stopped");
+    r.map(|()| registry)
+}
+
+/// A terminal flow: the client's connection is carried to the gateway in a tunnel stream.
+async fn handle_tunnel(
+    client: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    reg: Arc<Registry>,
+    down_leg: Arc<crate::config::Leg>,
+    term: Arc<Terminal>,
+    holder: Option<Arc<crate::hold::Holder>>,
+) {
+    let c = &reg.counters;
+    c.total.fetch_add(1, Relaxed);
+    let src = canonical(peer);
+    let dst = match client.local_addr() {
+        Ok(a) => canonical(a),
+        Err(_) => return,
+    };
+    if let Err(e) = tune(SockRef::from(&client), &down_leg) {
+        warn!(%src, %dst, error = %e, "tuning the client leg failed");
+    }
+    let ready = holder.and_then(|h| match h.take(&(src, dst)) {
+        Some(crate::hold::Ready::Flow(f)) => Some(f),
+        _ => None,
+    });
+    let flow = match ready {
+        Some(f) => f,
+        None => match tokio::time::timeout(CONNECT_TIMEOUT, term.open(src, dst, false, &[])).await {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => {
+                c.failed.fetch_add(1, Relaxed);
+                info!(%src, %dst, error = %e, "tunnel unavailable; resetting client");
+                reset_on_close(SockRef::from(&client));
+                return;
+            }
+            Err(_) => {
+                c.failed.fetch_add(1, Relaxed);
+                info!(%src, %dst, "tunnel did not open in time; resetting client");
+                reset_on_close(SockRef::from(&client));
+                return;
+            }
+        },
+    };
+    let dup = {
+        use std::os::fd::AsFd;
+        client.as_fd().try_clone_to_owned()
+    };
+    let Ok(fd) = dup else {
+        warn!(%src, %dst, "out of file descriptors; resetting");
+        reset_on_close(SockRef::from(&client));
+        return;
+    };
+    let conn = reg.add(src, dst, None, fd);
+    info!(%src, %dst, "tunnel flow");
+    crate::tunnel::relay_terminal(client, flow, src, dst, &reg, &conn).await;
+    reg.remove(&conn);
 }

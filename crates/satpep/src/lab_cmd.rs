@@ -37,13 +37,15 @@ enum LabSub {
         /// Skip the client-to-server ping check.
         #[arg(long)]
         no_check: bool,
-        /// PEP mode: none (terminal and gateway are plain routers) or split (satpep proxy on
-        /// both, each sending over the satellite with its own congestion control).
+        /// PEP mode: none (terminal and gateway are plain routers), split (satpep proxy on
+        /// both, each sending over the satellite with its own congestion control) or tunnel
+        /// (the terminal carries every flow to the gateway in one encrypted QUIC connection).
         #[arg(long, value_name = "MODE", default_value = "none")]
         pep: String,
         /// Congestion control of the PEPs' satellite legs: a kernel one (cubic, bbr, reno),
         /// one of satpep's (satpep_hybla, satpep_tarang, …; loaded and pinned if needed), or
-        /// `adaptive` (chosen per connection from the path's class).
+        /// `adaptive` (chosen per connection from the path's class). With --pep tunnel: the
+        /// tunnel's controller (satellite, hybla, cubic, bbr, newreno; default satellite).
         #[arg(long, value_name = "CC", requires = "pep")]
         cc: Option<String>,
         /// With --pep split: run the proxy only in the terminal (the single-PEP setup of
@@ -105,12 +107,12 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             let spec = link.spec()?;
             let cfg = spec.resolve()?;
             let pep = match pep.as_str() {
-                "none" if cc.is_some() => return Err("--cc needs a PEP mode (--pep split)".into()),
+                "none" if cc.is_some() => return Err("--cc needs a PEP mode (--pep split or tunnel)".into()),
                 "none" if handshake.is_some() => {
-                    return Err("--handshake needs a PEP mode (--pep split)".into())
+                    return Err("--handshake needs a PEP mode (--pep split or tunnel)".into())
                 }
                 "none" if terminal_only => {
-                    return Err("--terminal-only needs a PEP mode (--pep split)".into())
+                    return Err("--terminal-only needs a PEP mode (--pep split or tunnel)".into())
                 }
                 "none" => None,
                 "split" => Some(satpep_lab::topology::Pep {
@@ -119,8 +121,20 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
                     handshake,
                     ..Default::default()
                 }),
-                "tunnel" => return Err("--pep tunnel: the tunnel mode does not exist yet".into()),
-                other => return Err(format!("unknown PEP mode '{other}' (none, split)")),
+                "tunnel" if terminal_only => {
+                    return Err("--terminal-only is for --pep split: a tunnel has two ends".into())
+                }
+                "tunnel" => {
+                    let t = cc.unwrap_or("satellite".into());
+                    satpep_tunnel::congestion::Algorithm::parse(&t)
+                        .map_err(|e| format!("--cc: {e}"))?;
+                    Some(satpep_lab::topology::Pep {
+                        tunnel: Some(t),
+                        handshake,
+                        ..Default::default()
+                    })
+                }
+                other => return Err(format!("unknown PEP mode '{other}' (none, split, tunnel)")),
             };
             let opts = UpOptions {
                 check: !no_check,

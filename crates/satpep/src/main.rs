@@ -2,6 +2,7 @@
 //! and test lab.
 
 mod cc_cmd;
+mod keygen_cmd;
 mod lab_cmd;
 mod link_cmd;
 mod proxy_cmd;
@@ -33,12 +34,14 @@ enum Cmd {
     Link(Box<link_cmd::LinkCmd>),
     #[command(about = "Build testbeds of network namespaces and run experiments on them")]
     Lab(lab_cmd::LabCmd),
-    #[command(about = "Split TCP connections crossing this host (transparent PEP)")]
+    #[command(about = "Split TCP connections crossing this host, or carry them in a tunnel to a peer satpep")]
     Proxy(proxy_cmd::ProxyCmd),
     #[command(about = "Show a running proxy's live connections")]
     Status(status_cmd::StatusCmd),
     #[command(about = "List, load and unload satpep's BPF congestion controls (Hybla, …)")]
     Cc(cc_cmd::CcCmd),
+    #[command(about = "Make credentials (a private CA and certificates) for the tunnel between satpeps")]
+    Keygen(keygen_cmd::KeygenCmd),
 }
 
 fn main() {
@@ -49,6 +52,7 @@ fn main() {
         Cmd::Proxy(c) => proxy_cmd::main(c),
         Cmd::Status(c) => status_cmd::main(c),
         Cmd::Cc(c) => cc_cmd::main(c),
+        Cmd::Keygen(c) => keygen_cmd::main(c),
     };
     if let Err(e) = r {
         eprintln!("satpep: error: {e}");

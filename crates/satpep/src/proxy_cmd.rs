@@ -22,6 +22,8 @@ unreachable server shows to the client as a connection that is accepted and then
 \"strict\" the client's SYN is held (NFQUEUE, via iptables) until the server has answered, so \
 the client sees the server's own answer: accepted, refused or unreachable.
 
+Distributed mode (a [tunnel] section): two satpeps, a terminal and a gateway, carry every intercepted flow across the satellite hop as one stream of a single QUIC connection, authenticated both ways with certificates from `satpep keygen` and encrypted, with a congestion control for the hop (tunnel.congestion: satellite, hybla, cubic, bbr, newreno). The terminal intercepts as above; the gateway connects to the servers from the clients' addresses. Both handshake modes apply (strict: the client's SYN is held until the server behind the gateway has answered). See docs/tunnel.md.
+
 Example: satpep proxy --config /etc/satpep/proxy.toml    (see docs/proxy.md)"
 )]
 pub struct ProxyCmd {

@@ -1,0 +1,456 @@
+//! Distributed mode: intercepted TCP flows cross the satellite hop as streams of one QUIC
+//! connection between two satpeps (`satpep-tunnel` has the wire format, credentials,
+//! controllers and transport).
+//!
+//! The terminal intercepts clients exactly as split mode does and opens one bidirectional
+//! stream per flow: the flow header, then the client's bytes. The gateway reads the header,
+//! connects to the server from the client's address (transparently), answers with one byte
+//! (connected, refused, …) and relays. End of stream is a FIN on the other side; a TCP reset
+//! resets the stream (and a reset stream resets the TCP connection); a flow cut off by the
+//! tunnel's loss is reset, never finished, so a truncated transfer cannot look complete.
+
+use crate::config::{Leg, TunnelConfig};
+use crate::registry::Registry;
+use crate::relay::End;
+use crate::sockets::{reset_on_close, upstream};
+use quinn::{RecvStream, SendStream, VarInt};
+use satpep_tunnel::header::{Answer, FlowHeader, HeaderError, MAX_LEN};
+use satpep_tunnel::keys::Credentials;
+use satpep_tunnel::transport;
+use socket2::SockRef;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tracing::{info, warn};
+
+/// Stream error code: the TCP connection on the other side was reset (or failed).
+pub const CODE_RESET: VarInt = VarInt::from_u32(1);
+/// Stream error code: the flow header was not valid.
+pub const CODE_BAD_HEADER: VarInt = VarInt::from_u32(2);
+/// Connection close code when a satpep stops.
+pub const CODE_SHUTDOWN: VarInt = VarInt::from_u32(3);
+
+/// How long the gateway waits for a flow header before giving up on the stream.
+const HEADER_WAIT: Duration = Duration::from_secs(10);
+/// How long the gateway's connect to a server may take (under the terminal's own 60 s).
+const GATEWAY_CONNECT: Duration = Duration::from_secs(55);
+/// Relay buffer per direction per flow.
+const CHUNK: usize = 64 * 1024;
+
+/// Builds the QUIC endpoint of this end from `t` (credentials loaded, UDP socket bound).
+fn endpoint(t: &TunnelConfig) -> Result<quinn::Endpoint, String> {
+    let creds = Credentials::load(&t.ca, &t.cert, &t.key)?;
+    let sock = transport::udp_socket(t.listen, t.hop.socket_buffer())
+        .map_err(|e| format!("tunnel.listen: cannot bind UDP {}: {e}", t.listen))?;
+    let (server, client) = match t.role {
+        crate::config::Role::Gateway => (
+            Some(transport::server_config(creds.server_tls()?, &t.hop)?),
+            None,
+        ),
+        crate::config::Role::Terminal => (
+            None,
+            Some(transport::client_config(creds.client_tls()?, &t.hop)?),
+        ),
+    };
+    transport::endpoint(sock, server, client).map_err(|e| format!("tunnel: {e}"))
+}
+
+/// The terminal's end: one connection to the gateway, made on first use and again whenever
+/// it was lost.
+pub struct Terminal {
+    endpoint: quinn::Endpoint,
+    peer: SocketAddr,
+    peer_name: String,
+    conn: tokio::sync::Mutex<Option<quinn::Connection>>,
+    /// Connections made to the gateway (1 unless it was lost or restarted).
+    pub connects: AtomicU64,
+}
+
+/// One flow's stream pair; `answered` once the gateway's answer byte has been read.
+pub struct Flow {
+    /// Toward the gateway.
+    pub send: SendStream,
+    /// From the gateway.
+    pub recv: RecvStream,
+    /// The answer byte was read already (strict mode).
+    pub answered: bool,
+}
+
+impl Terminal {
+    /// Binds the terminal's endpoint; connects later, on the first flow or [`Terminal::warm`].
+    pub fn start(t: &TunnelConfig) -> Result<Arc<Terminal>, String> {
+        Ok(Arc::new(Terminal {
+            endpoint: endpoint(t)?,
+            peer: t.peer.expect("resolved config has the terminal's peer"),
+            peer_name: t.peer_name.clone(),
+            conn: tokio::sync::Mutex::new(None),
+            connects: AtomicU64::new(0),
+        }))
+    }
+
+    /// The live connection to the gateway, connecting if there is none.
+    pub async fn connection(&self) -> Result<quinn::Connection, String> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            if c.close_reason().is_none() {
+                return Ok(c.clone());
+            }
+        }
+        let connecting = self
+            .endpoint
+            .connect(self.peer, &self.peer_name)
+            .map_err(|e| format!("cannot connect to the gateway {}: {e}", self.peer))?;
+        let c = connecting.await.map_err(|e| {
+            format!(
+                "the gateway {} ({}) refused or failed the handshake: {e}",
+                self.peer, self.peer_name
+            )
+        })?;
+        self.connects.fetch_add(1, Relaxed);
+        info!(gateway = %self.peer, name = %self.peer_name, "tunnel up");
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Connects ahead of the first flow, logging (not failing) if the gateway is not there.
+    pub async fn warm(&self) {
+        if let Err(e) = self.connection().await {
+            warn!(error = %e, "tunnel not up yet; flows will retry");
+        }
+    }
+
+    /// Opens a flow's stream and sends its header (and `first` bytes).
+    pub async fn open(
+        &self,
+        client: SocketAddr,
+        server: SocketAddr,
+        strict: bool,
+        first: &[u8],
+    ) -> io::Result<Flow> {
+        let c = self.connection().await.map_err(io::Error::other)?;
+        let (mut send, recv) = c.open_bi().await.map_err(io::Error::other)?;
+        let mut head = FlowHeader {
+            client,
+            server,
+            strict,
+        }
+        .encode();
+        head.extend_from_slice(first);
+        send.write_all(&head).await.map_err(io::Error::other)?;
+        Ok(Flow {
+            send,
+            recv,
+            answered: false,
+        })
+    }
+
+    /// Opens a flow and waits for the gateway's answer: connected, or an error whose kind
+    /// says how the server failed (refused: `ConnectionRefused`; no answer: `TimedOut`).
+    pub async fn open_strict(&self, client: SocketAddr, server: SocketAddr) -> io::Result<Flow> {
+        let mut f = self.open(client, server, true, &[]).await?;
+        match read_answer(&mut f.recv).await {
+            Some(Answer::Connected) => {
+                f.answered = true;
+                Ok(f)
+            }
+            a => {
+                let _ = f.send.reset(CODE_RESET);
+                let _ = f.recv.stop(CODE_RESET);
+                Err(answer_error(a))
+            }
+        }
+    }
+
+    /// Closes the connection: the gateway resets the flows still open.
+    pub fn close(&self) {
+        self.endpoint.close(CODE_SHUTDOWN, b"terminal stopping");
+    }
+}
+
+fn answer_error(a: Option<Answer>) -> io::Error {
+    match a {
+        Some(Answer::Refused) => io::Error::new(io::ErrorKind::ConnectionRefused, "refused"),
+        Some(Answer::NoAnswer) => io::Error::new(io::ErrorKind::TimedOut, "no answer"),
+        Some(a) => io::Error::new(io::ErrorKind::HostUnreachable, a.to_string()),
+        None => io::Error::new(io::ErrorKind::HostUnreachable, "tunnel lost"),
+    }
+}
+
+/// The gateway's answer byte; `None` if the stream ended, was reset or carried garbage.
+async fn read_answer(r: &mut RecvStream) -> Option<Answer> {
+    let mut b = [0u8; 1];
+    r.read_exact(&mut b).await.ok()?;
+    Answer::from_byte(b[0])
+}
+
+/// Relays a terminal flow: client ↔ stream. Fast mode reads the answer here; a failed
+/// server resets the client.
+pub async fn relay_terminal(
+    client: TcpStream,
+    mut flow: Flow,
+    src: SocketAddr,
+    dst: SocketAddr,
+    reg: &Registry,
+    conn: &crate::registry::Conn,
+) {
+    let answered = flow.answered;
+    let r = relay(client, &mut flow.send, &mut flow.recv, &conn.up, &conn.down, !answered).await;
+    if let Err(a) = &r.answer {
+        reg.counters.failed.fetch_add(1, Relaxed);
+        info!(%src, %dst, answer = %a, "server failed behind the tunnel; resetting client");
+        return;
+    }
+    let clean = r.to_stream == End::Fin && r.to_tcp == End::Fin;
+    info!(%src, %dst, up = r.sent, down = r.received, clean, "tunnel flow closed");
+}
+
+/// The result of relaying one flow.
+struct FlowEnd {
+    sent: u64,
+    received: u64,
+    to_stream: End,
+    to_tcp: End,
+    /// The answer, when it was read in the relay; `Err` holds a failure.
+    answer: Result<(), String>,
+}
+
+/// Relays between a TCP connection and a stream pair until both directions end or one is
+/// reset (then everything is reset). `to_stream` and `to_tcp` count bytes as they go. With
+/// `await_answer`, the stream's first byte is the gateway's answer and is not relayed.
+async fn relay(
+    tcp: TcpStream,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    to_stream: &AtomicU64,
+    to_tcp: &AtomicU64,
+    await_answer: bool,
+) -> FlowEnd {
+    let mut tcp = tcp;
+    let (mut tr, mut tw) = tcp.split();
+    let up = async {
+        let mut buf = vec![0u8; CHUNK];
+        let mut n_total = 0u64;
+        loop {
+            let n = match tr.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(_) => return (End::ResetIn, n_total),
+            };
+            if send.write_all(&buf[..n]).await.is_err() {
+                return (End::ResetOut, n_total);
+            }
+            n_total += n as u64;
+            to_stream.fetch_add(n as u64, Relaxed);
+        }
+        match send.finish() {
+            Ok(()) => (End::Fin, n_total),
+            Err(_) => (End::ResetOut, n_total),
+        }
+    };
+    let mut answer: Result<(), String> = Ok(());
+    let answer_slot = &mut answer;
+    let down = async {
+        if await_answer {
+            match read_answer(recv).await {
+                Some(Answer::Connected) => {}
+                a => {
+                    *answer_slot = Err(a.map_or("tunnel lost".into(), |a| a.to_string()));
+                    return (End::ResetIn, 0);
+                }
+            }
+        }
+        let mut n_total = 0u64;
+        loop {
+            match recv.read_chunk(CHUNK, true).await {
+                Ok(Some(c)) => {
+                    if tw.write_all(&c.bytes).await.is_err() {
+                        return (End::ResetOut, n_total);
+                    }
+                    n_total += c.bytes.len() as u64;
+                    to_tcp.fetch_add(c.bytes.len() as u64, Relaxed);
+                }
+                Ok(None) => break,
+                Err(_) => return (End::ResetIn, n_total),
+            }
+        }
+        match tw.shutdown().await {
+            Ok(()) => (End::Fin, n_total),
+            Err(_) => (End::ResetOut, n_total),
+        }
+    };
+    let (a, b) = crate::relay::both_ways(up, down).await;
+    let reset = |e: &Option<(End, u64)>| matches!(e, Some((End::ResetIn | End::ResetOut, _)));
+    if reset(&a) || reset(&b) {
+        reset_on_close(SockRef::from(&tcp));
+        let _ = send.reset(CODE_RESET);
+        let _ = recv.stop(CODE_RESET);
+    }
+    let (to_stream_end, sent) = a.unwrap_or((End::ResetOut, 0));
+    let (to_tcp_end, received) = b.unwrap_or((End::ResetOut, 0));
+    FlowEnd {
+        sent,
+        received,
+        to_stream: to_stream_end,
+        to_tcp: to_tcp_end,
+        answer,
+    }
+}
+
+/// Runs the gateway's QUIC endpoint until `shutdown`: accepts authenticated terminals and
+/// carries their flows to the servers on `leg` (the terrestrial leg), from the clients'
+/// addresses, with socket mark `mark`.
+pub async fn run_gateway(
+    t: &TunnelConfig,
+    leg: Arc<Leg>,
+    mark: u32,
+    reg: Arc<Registry>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let ep = endpoint(t)?;
+    info!(listen = %t.listen, congestion = t.hop.congestion.name(), "tunnel gateway listening");
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            inc = ep.accept() => {
+                let Some(inc) = inc else { break };
+                let (leg, reg) = (leg.clone(), reg.clone());
+                tokio::spawn(async move {
+                    let from = inc.remote_address();
+                    let conn = match inc.await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            warn!(%from, error = %e, "refused a tunnel peer (handshake failed)");
+                            return;
+                        }
+                    };
+                    info!(%from, "tunnel peer authenticated");
+                    loop {
+                        match conn.accept_bi().await {
+                            Ok((send, recv)) => {
+                                let (leg, reg) = (leg.clone(), reg.clone());
+                                tokio::spawn(gateway_flow(send, recv, leg, mark, reg, from));
+                            }
+                            Err(e) => {
+                                info!(%from, reason = %e, "tunnel peer gone");
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    }
+    // Flows still open are reset at the terminal: the connection closes under them.
+    ep.close(CODE_SHUTDOWN, b"gateway stopping");
+    Ok(())
+}
+
+/// Reads a flow header; returns it and the flow bytes that came with it.
+async fn read_header(recv: &mut RecvStream) -> Result<(FlowHeader, Vec<u8>), String> {
+    let mut buf = Vec::with_capacity(MAX_LEN);
+    loop {
+        match FlowHeader::decode(&buf) {
+            Ok((h, n)) => return Ok((h, buf[n..].to_vec())),
+            Err(HeaderError::Truncated { .. }) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        match recv.read_chunk(MAX_LEN, true).await {
+            Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
+            Ok(None) => {
+                return Err(FlowHeader::decode(&buf)
+                    .err()
+                    .map_or("stream ended".into(), |e| e.to_string()))
+            }
+            Err(e) => return Err(format!("stream failed before its header: {e}")),
+        }
+    }
+}
+
+async fn gateway_flow(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    leg: Arc<Leg>,
+    mark: u32,
+    reg: Arc<Registry>,
+    peer: SocketAddr,
+) {
+    let (h, first) = match tokio::time::timeout(HEADER_WAIT, read_header(&mut recv)).await {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            warn!(%peer, error = %e, "bad flow header; stream reset");
+            let _ = send.reset(CODE_BAD_HEADER);
+            let _ = recv.stop(CODE_BAD_HEADER);
+            return;
+        }
+        Err(_) => {
+            warn!(%peer, "no flow header within 10 s; stream reset");
+            let _ = send.reset(CODE_BAD_HEADER);
+            let _ = recv.stop(CODE_BAD_HEADER);
+            return;
+        }
+    };
+    let c = &reg.counters;
+    c.total.fetch_add(1, Relaxed);
+    c.active.fetch_add(1, Relaxed);
+    let (src, dst) = (h.client, h.server);
+    let connect = async {
+        let sock = upstream(src, &leg, mark)?;
+        tokio::net::TcpSocket::from_std_stream(sock.into())
+            .connect(dst)
+            .await
+    };
+    let server = match tokio::time::timeout(GATEWAY_CONNECT, connect).await {
+        Ok(Ok(s)) => s,
+        failed => {
+            let answer = match &failed {
+                Ok(Err(e)) => Answer::from_connect_error(e),
+                _ => Answer::NoAnswer,
+            };
+            c.failed.fetch_add(1, Relaxed);
+            c.active.fetch_sub(1, Relaxed);
+            info!(%src, %dst, %answer, "server failed; answering the terminal");
+            let _ = send.write_all(&[answer as u8]).await;
+            let _ = send.finish();
+            let _ = recv.stop(CODE_RESET);
+            // The answer must reach the terminal before the stream's state is dropped.
+            let _ = send.stopped().await;
+            return;
+        }
+    };
+    if let Err(e) = crate::sockets::tune(SockRef::from(&server), &leg) {
+        warn!(%src, %dst, error = %e, "tuning the server leg failed");
+    }
+    let mut server = server;
+    let ok = async {
+        send.write_all(&[Answer::Connected as u8]).await.ok()?;
+        server.write_all(&first).await.ok()
+    }
+    .await;
+    let dup = {
+        use std::os::fd::AsFd;
+        server.as_fd().try_clone_to_owned()
+    };
+    let conn = match (ok, dup) {
+        (Some(()), Ok(fd)) => reg.add(src, dst, None, fd),
+        _ => {
+            reset_on_close(SockRef::from(&server));
+            let _ = send.reset(CODE_RESET);
+            c.active.fetch_sub(1, Relaxed);
+            return;
+        }
+    };
+    conn.up.fetch_add(first.len() as u64, Relaxed);
+    info!(%src, %dst, "tunnel flow");
+    let r = relay(server, &mut send, &mut recv, &conn.down, &conn.up, false).await;
+    reg.remove(&conn);
+    c.active.fetch_sub(1, Relaxed);
+    let clean = r.to_stream == End::Fin && r.to_tcp == End::Fin;
+    info!(%src, %dst, up = r.received, down = r.sent, clean, "tunnel flow closed");
+    // Data written and finished is delivered by the connection after the handles go.
+    let _ = r.answer;
+}
