@@ -16,6 +16,7 @@ use crate::sockets::{reset_on_close, upstream};
 use quinn::{RecvStream, SendStream, VarInt};
 use satpep_tunnel::header::{Answer, FlowHeader, HeaderError, MAX_LEN};
 use satpep_tunnel::keys::Credentials;
+use satpep_tunnel::reorder::InOrder;
 use satpep_tunnel::transport;
 use socket2::SockRef;
 use std::io;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Stream error code: the TCP connection on the other side was reset (or failed).
 pub const CODE_RESET: VarInt = VarInt::from_u32(1);
@@ -68,6 +69,7 @@ pub struct Terminal {
     conn: tokio::sync::Mutex<Option<quinn::Connection>>,
     /// Connections made to the gateway (1 unless it was lost or restarted).
     pub connects: AtomicU64,
+    reorder_limit: usize,
 }
 
 /// One flow's stream pair; `answered` once the gateway's answer byte has been read.
@@ -76,6 +78,8 @@ pub struct Flow {
     pub send: SendStream,
     /// From the gateway.
     pub recv: RecvStream,
+    /// Puts what `recv` gives back in order.
+    pub reader: InOrder,
     /// The answer byte was read already (strict mode).
     pub answered: bool,
 }
@@ -89,6 +93,7 @@ impl Terminal {
             peer_name: t.peer_name.clone(),
             conn: tokio::sync::Mutex::new(None),
             connects: AtomicU64::new(0),
+            reorder_limit: t.hop.reorder_limit(),
         }))
     }
 
@@ -112,6 +117,7 @@ impl Terminal {
         })?;
         self.connects.fetch_add(1, Relaxed);
         info!(gateway = %self.peer, name = %self.peer_name, "tunnel up");
+        tokio::spawn(watch(c.clone()));
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -144,6 +150,7 @@ impl Terminal {
         Ok(Flow {
             send,
             recv,
+            reader: InOrder::new(CHUNK, self.reorder_limit),
             answered: false,
         })
     }
@@ -152,7 +159,7 @@ impl Terminal {
     /// says how the server failed (refused: `ConnectionRefused`; no answer: `TimedOut`).
     pub async fn open_strict(&self, client: SocketAddr, server: SocketAddr) -> io::Result<Flow> {
         let mut f = self.open(client, server, true, &[]).await?;
-        match read_answer(&mut f.recv).await {
+        match read_answer(&mut f.recv, &mut f.reader).await {
             Some(Answer::Connected) => {
                 f.answered = true;
                 Ok(f)
@@ -181,10 +188,9 @@ fn answer_error(a: Option<Answer>) -> io::Error {
 }
 
 /// The gateway's answer byte; `None` if the stream ended, was reset or carried garbage.
-async fn read_answer(r: &mut RecvStream) -> Option<Answer> {
-    let mut b = [0u8; 1];
-    r.read_exact(&mut b).await.ok()?;
-    Answer::from_byte(b[0])
+/// Flow bytes that came with it stay in `reader`.
+async fn read_answer(r: &mut RecvStream, reader: &mut InOrder) -> Option<Answer> {
+    Answer::from_byte(reader.read_byte(r).await?)
 }
 
 /// Relays a terminal flow: client ↔ stream. Fast mode reads the answer here; a failed
@@ -198,7 +204,16 @@ pub async fn relay_terminal(
     conn: &crate::registry::Conn,
 ) {
     let answered = flow.answered;
-    let r = relay(client, &mut flow.send, &mut flow.recv, &conn.up, &conn.down, !answered).await;
+    let r = relay(
+        client,
+        &mut flow.send,
+        &mut flow.recv,
+        &mut flow.reader,
+        &conn.up,
+        &conn.down,
+        !answered,
+    )
+    .await;
     if let Err(a) = &r.answer {
         reg.counters.failed.fetch_add(1, Relaxed);
         info!(%src, %dst, answer = %a, "server failed behind the tunnel; resetting client");
@@ -225,6 +240,7 @@ async fn relay(
     tcp: TcpStream,
     send: &mut SendStream,
     recv: &mut RecvStream,
+    reader: &mut InOrder,
     to_stream: &AtomicU64,
     to_tcp: &AtomicU64,
     await_answer: bool,
@@ -255,7 +271,7 @@ async fn relay(
     let answer_slot = &mut answer;
     let down = async {
         if await_answer {
-            match read_answer(recv).await {
+            match read_answer(recv, reader).await {
                 Some(Answer::Connected) => {}
                 a => {
                     *answer_slot = Err(a.map_or("tunnel lost".into(), |a| a.to_string()));
@@ -265,16 +281,19 @@ async fn relay(
         }
         let mut n_total = 0u64;
         loop {
-            match recv.read_chunk(CHUNK, true).await {
-                Ok(Some(c)) => {
-                    if tw.write_all(&c.bytes).await.is_err() {
+            match reader.read(recv).await {
+                Ok(Some(b)) => {
+                    if tw.write_all(&b).await.is_err() {
                         return (End::ResetOut, n_total);
                     }
-                    n_total += c.bytes.len() as u64;
-                    to_tcp.fetch_add(c.bytes.len() as u64, Relaxed);
+                    n_total += b.len() as u64;
+                    to_tcp.fetch_add(b.len() as u64, Relaxed);
                 }
                 Ok(None) => break,
-                Err(_) => return (End::ResetIn, n_total),
+                Err(e) => {
+                    debug!(error = %e, "stream failed");
+                    return (End::ResetIn, n_total);
+                }
             }
         }
         match tw.shutdown().await {
@@ -311,6 +330,7 @@ pub async fn run_gateway(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let ep = endpoint(t)?;
+    let limit = t.hop.reorder_limit();
     info!(listen = %t.listen, congestion = t.hop.congestion.name(), "tunnel gateway listening");
     tokio::pin!(shutdown);
     loop {
@@ -329,11 +349,12 @@ pub async fn run_gateway(
                         }
                     };
                     info!(%from, "tunnel peer authenticated");
+                    tokio::spawn(watch(conn.clone()));
                     loop {
                         match conn.accept_bi().await {
                             Ok((send, recv)) => {
                                 let (leg, reg) = (leg.clone(), reg.clone());
-                                tokio::spawn(gateway_flow(send, recv, leg, mark, reg, from));
+                                tokio::spawn(gateway_flow(send, recv, leg, mark, reg, from, limit));
                             }
                             Err(e) => {
                                 info!(%from, reason = %e, "tunnel peer gone");
@@ -350,17 +371,60 @@ pub async fn run_gateway(
     Ok(())
 }
 
-/// Reads a flow header; returns it and the flow bytes that came with it.
-async fn read_header(recv: &mut RecvStream) -> Result<(FlowHeader, Vec<u8>), String> {
+/// The connection's path figures, for logs.
+fn log_stats(c: &quinn::Connection, closing: bool) {
+    let s = c.stats();
+    let p = s.path;
+    let losses = c
+        .congestion_state()
+        .into_any()
+        .downcast::<satpep_tunnel::congestion::satellite::Satellite>()
+        .ok()
+        .map(|x| x.losses())
+        .unwrap_or_default();
+    let (rtt_ms, min_rtt_ms) = (p.rtt.as_secs_f64() * 1e3, p.min_rtt.as_secs_f64() * 1e3);
+    let (sent, lost, udp_tx, udp_rx) = (
+        p.sent_packets,
+        p.lost_packets,
+        s.udp_tx.bytes,
+        s.udp_rx.bytes,
+    );
+    let (cwnd, events, mtu) = (p.cwnd, p.congestion_events, p.current_mtu);
+    let (random, congestion) = (losses.random, losses.congestion);
+    // Flow control stalls, either way: the window sizing is wrong if these grow.
+    let blocked = s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked;
+    if closing {
+        info!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, blocked, udp_tx, udp_rx, mtu, "tunnel closed");
+    } else {
+        debug!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, blocked, udp_tx, udp_rx, mtu, "tunnel stats");
+    }
+}
+
+/// Logs a connection's figures every 5 s (debug) and when it closes (info).
+async fn watch(c: quinn::Connection) {
+    loop {
+        tokio::select! {
+            _ = c.closed() => break,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => log_stats(&c, false),
+        }
+    }
+    log_stats(&c, true);
+}
+
+/// Reads a flow header; the flow bytes that came with it stay in `reader`.
+async fn read_header(recv: &mut RecvStream, reader: &mut InOrder) -> Result<FlowHeader, String> {
     let mut buf = Vec::with_capacity(MAX_LEN);
     loop {
         match FlowHeader::decode(&buf) {
-            Ok((h, n)) => return Ok((h, buf[n..].to_vec())),
+            Ok((h, n)) => {
+                reader.unread(bytes::Bytes::copy_from_slice(&buf[n..]));
+                return Ok(h);
+            }
             Err(HeaderError::Truncated { .. }) => {}
             Err(e) => return Err(e.to_string()),
         }
-        match recv.read_chunk(MAX_LEN, true).await {
-            Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
+        match reader.read(recv).await {
+            Ok(Some(b)) => buf.extend_from_slice(&b),
             Ok(None) => {
                 return Err(FlowHeader::decode(&buf)
                     .err()
@@ -378,8 +442,10 @@ async fn gateway_flow(
     mark: u32,
     reg: Arc<Registry>,
     peer: SocketAddr,
+    reorder_limit: usize,
 ) {
-    let (h, first) = match tokio::time::timeout(HEADER_WAIT, read_header(&mut recv)).await {
+    let mut reader = InOrder::new(CHUNK, reorder_limit);
+    let h = match tokio::time::timeout(HEADER_WAIT, read_header(&mut recv, &mut reader)).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {
             warn!(%peer, error = %e, "bad flow header; stream reset");
@@ -425,12 +491,7 @@ async fn gateway_flow(
     if let Err(e) = crate::sockets::tune(SockRef::from(&server), &leg) {
         warn!(%src, %dst, error = %e, "tuning the server leg failed");
     }
-    let mut server = server;
-    let ok = async {
-        send.write_all(&[Answer::Connected as u8]).await.ok()?;
-        server.write_all(&first).await.ok()
-    }
-    .await;
+    let ok = send.write_all(&[Answer::Connected as u8]).await.ok();
     let dup = {
         use std::os::fd::AsFd;
         server.as_fd().try_clone_to_owned()
@@ -444,9 +505,17 @@ async fn gateway_flow(
             return;
         }
     };
-    conn.up.fetch_add(first.len() as u64, Relaxed);
     info!(%src, %dst, "tunnel flow");
-    let r = relay(server, &mut send, &mut recv, &conn.down, &conn.up, false).await;
+    let r = relay(
+        server,
+        &mut send,
+        &mut recv,
+        &mut reader,
+        &conn.down,
+        &conn.up,
+        false,
+    )
+    .await;
     reg.remove(&conn);
     c.active.fetch_sub(1, Relaxed);
     let clean = r.to_stream == End::Fin && r.to_tcp == End::Fin;

@@ -7,4 +7,5 @@
 pub mod congestion;
 pub mod header;
 pub mod keys;
+pub mod reorder;
 pub mod transport;

@@ -27,32 +27,41 @@ pub struct Hop {
 /// Smallest flow-control window, whatever the rate (a fast terrestrial burst must fit).
 const MIN_WINDOW: u64 = 4 << 20;
 
+/// Flow-control windows in bandwidth-delay products. A lost packet holds a stream's left
+/// edge for at least one more RTT while the sender goes on, and a lost retransmission for
+/// another: at a packet loss rate of 10 % (BER 1e-5) the window must cover 3 RTTs or more.
+pub const WINDOW_BDPS: u64 = 4;
+
 fn bdp(rate_bps: Option<u64>, rtt: Duration) -> u64 {
     rate_bps.map_or(0, |r| (r as u128 * rtt.as_nanos() / 8_000_000_000) as u64)
 }
 
 impl Hop {
-    /// Bytes this side may have sent and not had acknowledged: two BDPs (room for a queue
-    /// and for repairs) and at least 4 MiB.
+    /// Bytes this side may have buffered and not had acknowledged: eight BDPs and at least
+    /// 4 MiB. quinn frees a stream's sent data only up to its oldest unacknowledged byte, and
+    /// on a lossy hop a packet lost twice holds that byte for three RTTs.
     pub fn send_window(&self) -> u64 {
-        (2 * bdp(self.send_rate, self.rtt)).max(MIN_WINDOW)
+        (2 * WINDOW_BDPS * bdp(self.send_rate, self.rtt)).max(MIN_WINDOW)
     }
 
-    /// Bytes the peer may send ahead of this side's reading, on the whole connection: two
-    /// BDPs and at least 4 MiB (16 MiB without a known rate).
+    /// Bytes the peer may send ahead of this side's reading, on the whole connection: four
+    /// BDPs and at least 4 MiB (32 MiB without a known rate).
     pub fn receive_window(&self) -> u64 {
         match self.receive_rate {
-            Some(_) => (2 * bdp(self.receive_rate, self.rtt)).max(MIN_WINDOW),
-            None => 16 << 20,
+            Some(_) => (WINDOW_BDPS * bdp(self.receive_rate, self.rtt)).max(MIN_WINDOW),
+            None => 32 << 20,
         }
     }
 
-    /// The same per stream: one flow alone can fill the hop (1.5 BDPs, at least 4 MiB).
+    /// The same per stream, so one flow alone can fill the hop.
     pub fn stream_window(&self) -> u64 {
-        match self.receive_rate {
-            Some(_) => (3 * bdp(self.receive_rate, self.rtt) / 2).max(MIN_WINDOW),
-            None => 16 << 20,
-        }
+        self.receive_window()
+    }
+
+    /// Most bytes of one stream held behind a hole (see [`crate::reorder`]): eight stream
+    /// windows, at least 64 MiB. Only a peer that never repairs a hole gets there.
+    pub fn reorder_limit(&self) -> usize {
+        (8 * self.stream_window()).max(64 << 20).min(usize::MAX as u64) as usize
     }
 
     /// UDP socket buffer bytes: a BDP of either direction, at least 8 MiB, so a burst of
@@ -186,7 +195,7 @@ mod tests {
             outage: Duration::from_secs(60),
             congestion: Algorithm::Satellite,
         };
-        assert_eq!(h.send_window(), 15_000_000);
+        assert_eq!(h.send_window(), 60_000_000);
         // 10 Mbit/s × 600 ms = 750 kB: the 4 MiB floor.
         assert_eq!(h.receive_window(), 4 << 20);
         assert_eq!(h.socket_buffer(), 8 << 20);
@@ -194,8 +203,8 @@ mod tests {
             receive_rate: Some(1_000_000_000),
             ..h
         };
-        assert_eq!(fast.receive_window(), 150_000_000);
-        assert_eq!(fast.stream_window(), 112_500_000);
+        assert_eq!(fast.receive_window(), 300_000_000);
+        assert_eq!(fast.stream_window(), 300_000_000);
         assert_eq!(fast.socket_buffer(), 75_000_000);
     }
 }

@@ -26,6 +26,9 @@ const HEADROOM: Duration = Duration::from_millis(20);
 const SILENCE: Duration = Duration::from_secs(1);
 /// At most one probe per this while the hop is out.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// Bytes a datagram takes on the link beyond its QUIC payload: UDP 8, IPv4 20, Ethernet
+/// header 14 (IPv6 adds 20, link framing more; the headroom absorbs them).
+const FRAME_OVERHEAD: u64 = 42;
 /// Hybla's reference RTT.
 const RTT0: Duration = Duration::from_millis(25);
 
@@ -159,11 +162,15 @@ impl Core {
         }
     }
 
-    /// The largest window: the configured rate × minimum RTT plus headroom, or unbounded.
+    /// The largest window: what the configured rate carries in one minimum RTT, plus
+    /// headroom, or unbounded. The rate is the link's, counted over whole frames, while the
+    /// window counts QUIC payload: each datagram also carries [`FRAME_OVERHEAD`] bytes.
     pub fn cap(&self) -> u64 {
         match self.hop.rate {
             Some(r) => {
-                (r as u128 * self.min_rtt.as_nanos() / 1_000_000_000) as u64 + self.headroom()
+                let wire = r as u128 * self.min_rtt.as_nanos() / 1_000_000_000;
+                (wire * self.mtu as u128 / (self.mtu + FRAME_OVERHEAD) as u128) as u64
+                    + self.headroom()
             }
             None => u64::MAX,
         }
@@ -178,7 +185,7 @@ impl Core {
             ),
             None => Duration::ZERO,
         };
-        own + (self.min_rtt / 16).max(Duration::from_millis(10))
+        own + (self.min_rtt / 8).max(Duration::from_millis(10))
     }
 
     /// Hybla's ρ: RTT over the 25 ms reference, at least 1.
@@ -383,8 +390,8 @@ mod tests {
         for _ in 0..5 {
             now = ack_round(&mut c, now, RTT);
         }
-        // 100 Mbit/s × 600 ms + 20 ms of headroom.
-        assert_eq!(c.window(), 7_500_000 + 250_000);
+        // 100 Mbit/s × 600 ms in 1200-byte payloads of 1242-byte frames, + 20 ms headroom.
+        assert_eq!(c.window(), 7_500_000 * 1200 / 1242 + 250_000);
     }
 
     #[test]

@@ -1,0 +1,257 @@
+//! In-order delivery of a stream read out of order.
+//!
+//! quinn keeps a stream's received data in its assembler until the application reads it in
+//! order, and gives up the whole connection past 1024 separate pieces. On a lossy hop every
+//! lost packet leaves a hole that takes an RTT to repair, and the data behind it piles up:
+//! at 100 Mbit/s, 600 ms and BER 1e-5 (about 11 % of packets lost) that is over a thousand
+//! holes at once. So the tunnel reads its streams unordered (quinn hands each piece over as
+//! it arrives and counts it as consumed) and puts the pieces back in order here. Only the data
+//! behind the oldest hole is held; it is bounded by `limit`, past which the flow fails
+//! instead of growing without end.
+
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// Pieces of one stream, put back in order.
+#[derive(Debug)]
+pub struct Reorder {
+    next: u64,
+    held: BTreeMap<u64, Bytes>,
+    held_bytes: usize,
+    limit: usize,
+}
+
+/// More than `limit` bytes waited behind a hole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overflow {
+    /// Bytes that were held.
+    pub held: usize,
+}
+
+impl std::fmt::Display for Overflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} bytes waited behind a hole in the stream (too many)",
+            self.held
+        )
+    }
+}
+
+impl Reorder {
+    /// Expects offset 0 first; holds at most `limit` bytes out of order.
+    pub fn new(limit: usize) -> Reorder {
+        Reorder {
+            next: 0,
+            held: BTreeMap::new(),
+            held_bytes: 0,
+            limit,
+        }
+    }
+
+    /// The offset of the next byte to deliver.
+    pub fn offset(&self) -> u64 {
+        self.next
+    }
+
+    /// Bytes waiting behind a hole.
+    pub fn held(&self) -> usize {
+        self.held_bytes
+    }
+
+    /// Takes a piece at `offset`. Parts already delivered are dropped.
+    pub fn insert(&mut self, offset: u64, mut b: Bytes) -> Result<(), Overflow> {
+        let end = offset + b.len() as u64;
+        if end <= self.next {
+            return Ok(());
+        }
+        let offset = if offset < self.next {
+            b = b.slice((self.next - offset) as usize..);
+            self.next
+        } else {
+            offset
+        };
+        if b.is_empty() {
+            return Ok(());
+        }
+        // A piece at an offset already held keeps the longer one (pieces from quinn do not
+        // overlap; this only guards the count).
+        if let Some(old) = self.held.get(&offset) {
+            if old.len() >= b.len() {
+                return Ok(());
+            }
+            self.held_bytes -= old.len();
+        }
+        self.held_bytes += b.len();
+        self.held.insert(offset, b);
+        if self.held_bytes > self.limit {
+            return Err(Overflow {
+                held: self.held_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// The next in-order bytes, if they have arrived.
+    pub fn pop(&mut self) -> Option<Bytes> {
+        loop {
+            let (&off, _) = self.held.first_key_value()?;
+            if off > self.next {
+                return None;
+            }
+            let mut b = self.held.pop_first().expect("present").1;
+            self.held_bytes -= b.len();
+            let end = off + b.len() as u64;
+            if end <= self.next {
+                continue;
+            }
+            if off < self.next {
+                b = b.slice((self.next - off) as usize..);
+            }
+            self.next = end;
+            return Some(b);
+        }
+    }
+
+    /// True when nothing waits behind a hole.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+/// A stream read in order through a [`Reorder`].
+pub struct InOrder {
+    buf: Reorder,
+    chunk: usize,
+    /// Bytes handed back with [`InOrder::unread`], delivered first.
+    back: Option<Bytes>,
+}
+
+impl InOrder {
+    /// Reads up to `chunk` bytes at a time, holding at most `limit` behind a hole.
+    pub fn new(chunk: usize, limit: usize) -> InOrder {
+        InOrder {
+            buf: Reorder::new(limit),
+            chunk,
+            back: None,
+        }
+    }
+
+    /// Puts bytes taken by the last read back in front of the stream.
+    pub fn unread(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.back = Some(b);
+        }
+    }
+
+    /// One byte; `None` if the stream ended or failed first.
+    pub async fn read_byte(&mut self, r: &mut quinn::RecvStream) -> Option<u8> {
+        let mut b = self.read(r).await.ok()??;
+        let first = b[0];
+        self.unread(b.split_off(1));
+        Some(first)
+    }
+
+
+    /// The next bytes in order; `Ok(None)` at the stream's end. Errors: the stream was
+    /// reset or its connection lost, or too much waited behind a hole.
+    pub async fn read(&mut self, r: &mut quinn::RecvStream) -> Result<Option<Bytes>, String> {
+        if let Some(b) = self.back.take() {
+            return Ok(Some(b));
+        }
+        loop {
+            if let Some(b) = self.buf.pop() {
+                return Ok(Some(b));
+            }
+            match r.read_chunk(self.chunk, false).await {
+                Ok(Some(c)) => self.buf.insert(c.offset, c.bytes).map_err(|e| e.to_string())?,
+                Ok(None) if self.buf.is_empty() => return Ok(None),
+                // quinn reports the end only once every byte arrived; this cannot happen
+                // unless the peer misbehaves.
+                Ok(None) => return Err("stream ended with bytes missing".into()),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn drain(r: &mut Reorder) -> String {
+        let mut out = String::new();
+        while let Some(x) = r.pop() {
+            out += std::str::from_utf8(&x).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn out_of_order_pieces_come_out_in_order() {
+        let mut r = Reorder::new(100);
+        r.insert(5, b("fgh")).unwrap();
+        r.insert(3, b("de")).unwrap();
+        assert_eq!(drain(&mut r), "");
+        assert_eq!(r.held(), 5);
+        r.insert(0, b("abc")).unwrap();
+        assert_eq!(drain(&mut r), "abcdefgh");
+        assert!(r.is_empty() && r.held() == 0);
+        assert_eq!(r.offset(), 8);
+    }
+
+    #[test]
+    fn duplicates_and_overlaps_are_trimmed() {
+        let mut r = Reorder::new(100);
+        r.insert(0, b("abcd")).unwrap();
+        assert_eq!(drain(&mut r), "abcd");
+        // Entirely old, partly old, and a repeat of a held piece.
+        r.insert(1, b("bc")).unwrap();
+        r.insert(2, b("cdef")).unwrap();
+        r.insert(8, b("ij")).unwrap();
+        r.insert(8, b("i")).unwrap();
+        assert_eq!(drain(&mut r), "ef");
+        r.insert(6, b("ghi")).unwrap();
+        assert_eq!(drain(&mut r), "ghij");
+    }
+
+    #[test]
+    fn too_much_behind_a_hole_is_an_error() {
+        let mut r = Reorder::new(10);
+        r.insert(1, b("0123456789")).unwrap();
+        let e = r.insert(11, b("x")).unwrap_err();
+        assert_eq!(e.held, 11);
+        assert!(e.to_string().contains("behind a hole"));
+    }
+
+    #[test]
+    fn a_random_permutation_reassembles() {
+        // 2000 pieces of varied size, delivered in a scrambled order with repeats.
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut pieces = Vec::new();
+        let (mut off, mut k) = (0usize, 1usize);
+        while off < data.len() {
+            let len = (k * 37 % 61 + 1).min(data.len() - off);
+            pieces.push((off, len));
+            off += len;
+            k += 1;
+        }
+        let n = pieces.len();
+        let mut order: Vec<usize> = (0..n).map(|i| (i * 7919) % n).collect();
+        order.extend((0..n).step_by(13));
+        let mut r = Reorder::new(data.len());
+        let mut out = Vec::new();
+        for i in order {
+            let (o, l) = pieces[i];
+            r.insert(o as u64, Bytes::copy_from_slice(&data[o..o + l])).unwrap();
+            while let Some(x) = r.pop() {
+                out.extend_from_slice(&x);
+            }
+        }
+        assert_eq!(out, data);
+    }
+}
