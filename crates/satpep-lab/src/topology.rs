@@ -777,9 +777,19 @@ impl Lab {
                     // Each end sends at its own direction's rate: the gateway forward (down
                     // to the terminal), the terminal return.
                     let (role, me, peer_rate, send_rate) = if host == Host::Gateway {
-                        ("gateway", "gateway", cfg.ret.rate.max_bps(), cfg.forward.rate.max_bps())
+                        (
+                            "gateway",
+                            "gateway",
+                            cfg.ret.rate.max_bps(),
+                            cfg.forward.rate.max_bps(),
+                        )
                     } else {
-                        ("terminal", "terminal", cfg.forward.rate.max_bps(), cfg.ret.rate.max_bps())
+                        (
+                            "terminal",
+                            "terminal",
+                            cfg.forward.rate.max_bps(),
+                            cfg.ret.rate.max_bps(),
+                        )
                     };
                     let peer = if host == Host::Terminal {
                         "peer = \"198.18.2.2:7701\"\n"
@@ -798,7 +808,11 @@ impl Lab {
                     )
                 }
             };
-            let cc = if pep.tunnel.is_some() { String::new() } else { cc };
+            let cc = if pep.tunnel.is_some() {
+                String::new()
+            } else {
+                cc
+            };
             let text = format!(
                 "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n{more}{tunnel}",
                 more = pep.satellite_toml.as_deref().unwrap_or_default(),

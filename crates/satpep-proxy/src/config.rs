@@ -146,7 +146,9 @@ impl TunnelFile {
         };
         let peer_name = self.peer_name.clone().unwrap_or("gateway".into());
         if !satpep_tunnel::keys::valid_name(&peer_name) {
-            return Err(format!("tunnel.peer_name: '{peer_name}' is not a certificate name"));
+            return Err(format!(
+                "tunnel.peer_name: '{peer_name}' is not a certificate name"
+            ));
         }
         let congestion = satpep_tunnel::congestion::Algorithm::parse(
             self.congestion.as_deref().unwrap_or("satellite"),
@@ -156,7 +158,9 @@ impl TunnelFile {
             v.map(|r| {
                 let bps = parse_rate(r).map_err(|e| format!("tunnel.{key}: {e}"))?;
                 if !(1e3..=1e11).contains(&bps) {
-                    return Err(format!("tunnel.{key}: {r} is outside 1 kbit/s … 100 Gbit/s"));
+                    return Err(format!(
+                        "tunnel.{key}: {r} is outside 1 kbit/s … 100 Gbit/s"
+                    ));
                 }
                 Ok(bps as u64)
             })
@@ -174,7 +178,10 @@ impl TunnelFile {
         };
         let rtt = dur(
             "rtt",
-            self.rtt.as_deref().or(sat.rtt.as_deref()).unwrap_or("600ms"),
+            self.rtt
+                .as_deref()
+                .or(sat.rtt.as_deref())
+                .unwrap_or("600ms"),
             "1ms",
             "10s",
         )?;
@@ -821,17 +828,26 @@ mod tests {
             ("[tunnel]\npeer='1.2.3.4:5'", "tunnel.role"),
             ("[tunnel]\nrole='middle'", "tunnel.role"),
             ("[tunnel]\nrole='terminal'", "tunnel.peer"),
-            ("[tunnel]\nrole='gateway'\npeer='198.18.0.1:1'", "tunnel.peer"),
+            (
+                "[tunnel]\nrole='gateway'\npeer='198.18.0.1:1'",
+                "tunnel.peer",
+            ),
             ("[tunnel]\nrole='terminal'\npeer='x'", "tunnel.peer"),
             ("[tunnel]\nrole='gateway'\nlisten='[::]'", "tunnel.listen"),
             ("[tunnel]\nrole='gateway'", "tunnel.ca"),
             ("[tunnel]\nrole='gateway'\nca='a'\ncert='b'", "tunnel.key"),
-            ("[tunnel]\nrole='gateway'\ncongestion='vegas'", "tunnel.congestion"),
+            (
+                "[tunnel]\nrole='gateway'\ncongestion='vegas'",
+                "tunnel.congestion",
+            ),
             ("[tunnel]\nrole='gateway'\nrate='fast'", "tunnel.rate"),
             ("[tunnel]\nrole='gateway'\nrate='1bit'", "tunnel.rate"),
             ("[tunnel]\nrole='gateway'\nrtt='1h'", "tunnel.rtt"),
             ("[tunnel]\nrole='gateway'\noutage='0s'", "tunnel.outage"),
-            ("[tunnel]\nrole='gateway'\npeer_name='a b'", "tunnel.peer_name"),
+            (
+                "[tunnel]\nrole='gateway'\npeer_name='a b'",
+                "tunnel.peer_name",
+            ),
             ("[tunnel]\nrole='gateway'\nrate=5", "rate"),
             ("[tunnel]\nrole='gateway'\nspeed=5", "speed"),
         ] {

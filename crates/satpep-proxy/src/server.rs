@@ -2,13 +2,13 @@
 //! remove interception on exit.
 
 use crate::config::{ProxyConfig, Role, TunnelConfig};
-use crate::tunnel::Terminal;
 use crate::netfilter;
 use crate::registry::{Counters, Registry};
 use crate::relay::{relay, End};
 use crate::sockets::{
     canonical, fastopen_connect, fastopen_enabled, listener, reset_on_close, tune, upstream,
 };
+use crate::tunnel::Terminal;
 use socket2::SockRef;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -426,7 +426,7 @@ async fn handle(
 /// A tunnel gateway: no interception, only the rules that deliver the servers' replies to
 /// its transparent sockets, and the QUIC endpoint carrying flows to the servers.
 async fn gateway(
-    cfg: ProxyConfig,
+    mut cfg: ProxyConfig,
     t: TunnelConfig,
     server_leg: crate::config::Leg,
     shutdown: impl std::future::Future<Output = ()>,
@@ -441,6 +441,8 @@ async fn gateway(
         }
         None => None,
     };
+    // Flows are held at the terminal; the gateway intercepts nothing to hold.
+    cfg.strict = false;
     netfilter::install(&cfg)?;
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let r = crate::tunnel::run_gateway(&t, Arc::new(server_leg), mark, registry.clone(), shutdown)
@@ -482,21 +484,23 @@ async fn handle_tunnel(
     });
     let flow = match ready {
         Some(f) => f,
-        None => match tokio::time::timeout(CONNECT_TIMEOUT, term.open(src, dst, false, &[])).await {
-            Ok(Ok(f)) => f,
-            Ok(Err(e)) => {
-                c.failed.fetch_add(1, Relaxed);
-                info!(%src, %dst, error = %e, "tunnel unavailable; resetting client");
-                reset_on_close(SockRef::from(&client));
-                return;
+        None => {
+            match tokio::time::timeout(CONNECT_TIMEOUT, term.open(src, dst, false, &[])).await {
+                Ok(Ok(f)) => f,
+                Ok(Err(e)) => {
+                    c.failed.fetch_add(1, Relaxed);
+                    info!(%src, %dst, error = %e, "tunnel unavailable; resetting client");
+                    reset_on_close(SockRef::from(&client));
+                    return;
+                }
+                Err(_) => {
+                    c.failed.fetch_add(1, Relaxed);
+                    info!(%src, %dst, "tunnel did not open in time; resetting client");
+                    reset_on_close(SockRef::from(&client));
+                    return;
+                }
             }
-            Err(_) => {
-                c.failed.fetch_add(1, Relaxed);
-                info!(%src, %dst, "tunnel did not open in time; resetting client");
-                reset_on_close(SockRef::from(&client));
-                return;
-            }
-        },
+        }
     };
     let dup = {
         use std::os::fd::AsFd;

@@ -393,6 +393,14 @@ fn log_stats(c: &quinn::Connection, closing: bool) {
     let (random, congestion) = (losses.random, losses.congestion);
     // Flow control stalls, either way: the window sizing is wrong if these grow.
     let blocked = s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked;
+    debug!(
+        data_blocked = s.frame_tx.data_blocked,
+        stream_data_blocked = s.frame_tx.stream_data_blocked,
+        max_data_rx = s.frame_rx.max_data,
+        max_stream_data_rx = s.frame_rx.max_stream_data,
+        max_data_tx = s.frame_tx.max_data,
+        "flow control"
+    );
     if closing {
         info!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, blocked, udp_tx, udp_rx, mtu, "tunnel closed");
     } else {

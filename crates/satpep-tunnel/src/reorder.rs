@@ -152,7 +152,6 @@ impl InOrder {
         Some(first)
     }
 
-
     /// The next bytes in order; `Ok(None)` at the stream's end. Errors: the stream was
     /// reset or its connection lost, or too much waited behind a hole.
     pub async fn read(&mut self, r: &mut quinn::RecvStream) -> Result<Option<Bytes>, String> {
@@ -164,7 +163,10 @@ impl InOrder {
                 return Ok(Some(b));
             }
             match r.read_chunk(self.chunk, false).await {
-                Ok(Some(c)) => self.buf.insert(c.offset, c.bytes).map_err(|e| e.to_string())?,
+                Ok(Some(c)) => self
+                    .buf
+                    .insert(c.offset, c.bytes)
+                    .map_err(|e| e.to_string())?,
                 Ok(None) if self.buf.is_empty() => return Ok(None),
                 // quinn reports the end only once every byte arrived; this cannot happen
                 // unless the peer misbehaves.
@@ -247,7 +249,8 @@ mod tests {
         let mut out = Vec::new();
         for i in order {
             let (o, l) = pieces[i];
-            r.insert(o as u64, Bytes::copy_from_slice(&data[o..o + l])).unwrap();
+            r.insert(o as u64, Bytes::copy_from_slice(&data[o..o + l]))
+                .unwrap();
             while let Some(x) = r.pop() {
                 out.extend_from_slice(&x);
             }

@@ -44,24 +44,30 @@ impl Hop {
         (2 * WINDOW_BDPS * bdp(self.send_rate, self.rtt)).max(MIN_WINDOW)
     }
 
-    /// Bytes the peer may send ahead of this side's reading, on the whole connection: four
-    /// BDPs and at least 4 MiB (32 MiB without a known rate).
-    pub fn receive_window(&self) -> u64 {
+    /// Bytes the peer may send ahead of this side's reading, per stream: four BDPs (see
+    /// [`WINDOW_BDPS`]), at least 4 MiB (32 MiB without a known rate), so one flow alone
+    /// can fill the hop.
+    pub fn stream_window(&self) -> u64 {
         match self.receive_rate {
             Some(_) => (WINDOW_BDPS * bdp(self.receive_rate, self.rtt)).max(MIN_WINDOW),
             None => 32 << 20,
         }
     }
 
-    /// The same per stream, so one flow alone can fill the hop.
-    pub fn stream_window(&self) -> u64 {
-        self.receive_window()
+    /// The same on the whole connection: four stream windows. quinn counts data against it
+    /// as soon as the sender buffers it, so it must stay above the sender's own send window
+    /// (eight BDPs): otherwise a bulk flow's buffered data takes all the credit and an
+    /// interactive flow's bytes wait for the next window update, an RTT or more.
+    pub fn receive_window(&self) -> u64 {
+        4 * self.stream_window()
     }
 
     /// Most bytes of one stream held behind a hole (see [`crate::reorder`]): eight stream
     /// windows, at least 64 MiB. Only a peer that never repairs a hole gets there.
     pub fn reorder_limit(&self) -> usize {
-        (8 * self.stream_window()).max(64 << 20).min(usize::MAX as u64) as usize
+        (8 * self.stream_window())
+            .max(64 << 20)
+            .min(usize::MAX as u64) as usize
     }
 
     /// UDP socket buffer bytes: a BDP of either direction, at least 8 MiB, so a burst of
@@ -197,14 +203,15 @@ mod tests {
         };
         assert_eq!(h.send_window(), 60_000_000);
         // 10 Mbit/s × 600 ms = 750 kB: the 4 MiB floor.
-        assert_eq!(h.receive_window(), 4 << 20);
+        assert_eq!(h.stream_window(), 4 << 20);
+        assert_eq!(h.receive_window(), 16 << 20);
         assert_eq!(h.socket_buffer(), 8 << 20);
         let fast = Hop {
             receive_rate: Some(1_000_000_000),
             ..h
         };
-        assert_eq!(fast.receive_window(), 300_000_000);
         assert_eq!(fast.stream_window(), 300_000_000);
+        assert_eq!(fast.receive_window(), 1_200_000_000);
         assert_eq!(fast.socket_buffer(), 75_000_000);
     }
 }

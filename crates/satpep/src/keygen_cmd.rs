@@ -35,7 +35,11 @@ pub struct KeygenCmd {
 pub fn main(c: KeygenCmd) -> Result<(), String> {
     let g = satpep_tunnel::keys::keygen(&c.dir, &c.names, c.force)?;
     if g.new_ca {
-        println!("new CA: {} (key {})", g.ca.display(), c.dir.join("ca.key").display());
+        println!(
+            "new CA: {} (key {})",
+            g.ca.display(),
+            c.dir.join("ca.key").display()
+        );
     } else {
         println!("using the CA in {}", c.dir.display());
     }

@@ -107,7 +107,9 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             let spec = link.spec()?;
             let cfg = spec.resolve()?;
             let pep = match pep.as_str() {
-                "none" if cc.is_some() => return Err("--cc needs a PEP mode (--pep split or tunnel)".into()),
+                "none" if cc.is_some() => {
+                    return Err("--cc needs a PEP mode (--pep split or tunnel)".into())
+                }
                 "none" if handshake.is_some() => {
                     return Err("--handshake needs a PEP mode (--pep split or tunnel)".into())
                 }

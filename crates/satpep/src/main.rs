@@ -34,13 +34,17 @@ enum Cmd {
     Link(Box<link_cmd::LinkCmd>),
     #[command(about = "Build testbeds of network namespaces and run experiments on them")]
     Lab(lab_cmd::LabCmd),
-    #[command(about = "Split TCP connections crossing this host, or carry them in a tunnel to a peer satpep")]
+    #[command(
+        about = "Split TCP connections crossing this host, or carry them in a tunnel to a peer satpep"
+    )]
     Proxy(proxy_cmd::ProxyCmd),
     #[command(about = "Show a running proxy's live connections")]
     Status(status_cmd::StatusCmd),
     #[command(about = "List, load and unload satpep's BPF congestion controls (Hybla, …)")]
     Cc(cc_cmd::CcCmd),
-    #[command(about = "Make credentials (a private CA and certificates) for the tunnel between satpeps")]
+    #[command(
+        about = "Make credentials (a private CA and certificates) for the tunnel between satpeps"
+    )]
     Keygen(keygen_cmd::KeygenCmd),
 }
 

@@ -1,0 +1,447 @@
+//! Distributed mode in a lab: the terminal carries every flow to the gateway in one QUIC
+//! connection. Integrity and transparency, encryption on the hop, refused and unreachable
+//! servers (fast and strict), wrong credentials, outages, and an interactive flow beside a
+//! bulk one. Client and server are threads of this test inside the lab's namespaces.
+
+mod common;
+
+use common::*;
+use satpep_lab::topology::Pep;
+use satpep_lab::{Host, Lab};
+use sha2::{Digest, Sha256};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+fn tunnel_lab(tag: &str, link: &str, handshake: Option<&str>) -> Lab {
+    lab_with(
+        tag,
+        link,
+        Some(Pep {
+            tunnel: Some("satellite".into()),
+            handshake: handshake.map(String::from),
+            ..Default::default()
+        }),
+    )
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[0] ^ seed)
+        .collect()
+}
+
+fn log(lab: &Lab, host: &str) -> String {
+    std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-{host}.log", lab.name))
+        .unwrap_or_default()
+}
+
+fn listen(lab: &Lab, addr: &'static str) -> TcpListener {
+    in_netns(&lab.ns(Host::Server), move || {
+        TcpListener::bind(addr).unwrap()
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
+    let lab = tunnel_lab("tint", "[both]\nrate='200Mbit'\ndelay='5ms'\n", None);
+    // Everything the gateway receives from the hop, for the plaintext check below.
+    let pcap = format!("/run/satpep/lab/{}/hop.pcap", lab.name);
+    let mut dump = lab
+        .command(Host::Gateway, "tcpdump")
+        .args(["-i", "to-link", "-s", "0", "-U", "-w", &pcap, "udp"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let marker = b"SATPEP-PLAINTEXT-MARKER-0123456789".repeat(64);
+    for (server_ip, client_ip, port) in [
+        ("198.18.3.2", "198.18.1.2", 9100),
+        ("2001:2:0:3::2", "2001:2:0:1::2", 9101),
+    ] {
+        let listener = listen(
+            &lab,
+            if port == 9100 {
+                "[::]:9100"
+            } else {
+                "[::]:9101"
+            },
+        );
+        let reply = pattern(8 << 20, 7);
+        let reply_hash = Sha256::digest(&reply);
+        let server = std::thread::spawn(move || {
+            let (mut s, peer) = listener.accept().unwrap();
+            let mut h = Sha256::new();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut n = 0usize;
+            loop {
+                let k = s.read(&mut buf).unwrap();
+                if k == 0 {
+                    break;
+                }
+                h.update(&buf[..k]);
+                n += k;
+            }
+            // The client's FIN arrived; answer over the half that is still open.
+            s.write_all(&h.finalize()).unwrap();
+            s.write_all(&reply).unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
+            (peer.ip().to_canonical().to_string(), n)
+        });
+        let mut data = marker.clone();
+        data.extend(pattern(32 << 20, 3));
+        let sent_len = data.len();
+        let sent_hash = Sha256::digest(&data);
+        let addr = if server_ip.contains(':') {
+            format!("[{server_ip}]:{port}")
+        } else {
+            format!("{server_ip}:{port}")
+        };
+        let client = in_netns(&lab.ns(Host::Client), move || {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(&data).unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
+            let mut back = Vec::new();
+            s.read_to_end(&mut back).unwrap();
+            back
+        });
+        let back = client.join().unwrap();
+        let (seen_peer, n) = server.join().unwrap();
+        assert_eq!(
+            seen_peer, client_ip,
+            "the server must see the client's address"
+        );
+        assert_eq!(n, sent_len, "bytes received by the server");
+        assert_eq!(
+            &back[..32],
+            sent_hash.as_slice(),
+            "client→server data corrupted"
+        );
+        assert_eq!(
+            back.len(),
+            32 + (8 << 20),
+            "server→client length after half-close"
+        );
+        assert_eq!(
+            Sha256::digest(&back[32..]),
+            reply_hash,
+            "server→client corrupted"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = dump.kill();
+    let _ = dump.wait();
+    let cap = std::fs::read(&pcap).unwrap();
+    assert!(
+        cap.len() > 32 << 20,
+        "the flows crossed the hop as UDP: {} bytes",
+        cap.len()
+    );
+    assert!(
+        !cap.windows(24).any(|w| w == &marker[..24]),
+        "flow bytes crossed the hop in clear"
+    );
+    // Both flows went through one tunnel, and nothing was split as TCP.
+    let gw = log(&lab, "gateway");
+    assert_eq!(gw.matches("tunnel peer authenticated").count(), 1, "{gw}");
+    assert!(gw.matches("tunnel flow ").count() >= 2, "{gw}");
+}
+
+#[test]
+fn refused_and_unreachable_servers_reset_fast_clients_and_refuse_strict_ones() {
+    // 200 ms RTT.
+    let link = "[both]\nrate='20Mbit'\ndelay='100ms'\n";
+    let lab = tunnel_lab("tref", link, None);
+    let listener = listen(&lab, "0.0.0.0:9110");
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut b = [0u8; 4];
+        (&s).read_exact(&mut b).unwrap();
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+    });
+    let (reset, refused) = in_netns(&lab.ns(Host::Client), || {
+        let read_one = |dst: &str, send: bool| {
+            let mut s = TcpStream::connect(dst)?;
+            if send {
+                s.write_all(b"ping")?;
+            }
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let mut b = [0u8; 4];
+            s.read(&mut b)
+        };
+        (
+            read_one("198.18.3.2:9110", true).map_err(|e| e.kind()),
+            read_one("198.18.3.2:9111", false).map_err(|e| e.kind()),
+        )
+    })
+    .join()
+    .unwrap();
+    server.join().unwrap();
+    assert_eq!(reset, Err(ErrorKind::ConnectionReset), "server RST relayed");
+    assert_eq!(
+        refused,
+        Err(ErrorKind::ConnectionReset),
+        "fast mode: a refused server resets the accepted client"
+    );
+    drop(lab);
+
+    let lab = tunnel_lab("tstr", link, Some("strict"));
+    let listener = listen(&lab, "[::]:9112");
+    let server = std::thread::spawn(move || {
+        let (mut s, peer) = listener.accept().unwrap();
+        s.write_all(b"hello").unwrap();
+        peer
+    });
+    let (kinds, times) = in_netns(&lab.ns(Host::Client), || {
+        let timed = |dst: &str| {
+            let t = Instant::now();
+            let r = TcpStream::connect_timeout(&dst.parse().unwrap(), Duration::from_secs(10));
+            (r, t.elapsed())
+        };
+        let (open, t_open) = timed("198.18.3.2:9112");
+        let mut hello = [0u8; 5];
+        open.expect("open port").read_exact(&mut hello).unwrap();
+        assert_eq!(&hello, b"hello");
+        let (refused, t_refused) = timed("198.18.3.2:9113");
+        let (unreach, t_unreach) = timed("198.18.4.1:80");
+        let kinds: Vec<Option<i32>> = [refused, unreach]
+            .into_iter()
+            .map(|r| r.err().and_then(|e| e.raw_os_error()))
+            .collect();
+        (kinds, [t_open, t_refused, t_unreach])
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        kinds,
+        vec![Some(libc::ECONNREFUSED), Some(libc::EHOSTUNREACH)],
+        "strict mode: the client sees the server's own answer"
+    );
+    for t in times {
+        assert!(
+            (Duration::from_millis(195)..Duration::from_millis(1500)).contains(&t),
+            "each answer takes the hop's round trip: {times:?}"
+        );
+    }
+    let peer = server.join().unwrap();
+    assert_eq!(peer.ip().to_canonical().to_string(), "198.18.1.2");
+}
+
+#[test]
+fn a_peer_with_wrong_credentials_is_refused_and_logged() {
+    let mut lab = tunnel_lab("tkey", "[both]\nrate='50Mbit'\ndelay='10ms'\n", None);
+    let dir = format!("/run/satpep/lab/{}", lab.name);
+    // Stop the lab's terminal; start one whose certificate another CA signed.
+    let gateway_log = log(&lab, "gateway");
+    assert!(
+        gateway_log.contains("tunnel gateway listening"),
+        "{gateway_log}"
+    );
+    let foreign = format!("{dir}/foreign");
+    let out = satpep()
+        .args(["keygen", "--dir", &foreign, "terminal"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let terminal_cfg = std::fs::read_to_string(format!("{dir}/proxy-terminal.toml")).unwrap();
+    lab.stop_proxies();
+    let gw = lab
+        .command(Host::Gateway, bin())
+        .args(["proxy", "--config", &format!("{dir}/proxy-gateway.toml")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(format!("{dir}/gw2.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let bad = terminal_cfg
+        .replace(
+            &format!("{dir}/keys/terminal."),
+            &format!("{foreign}/terminal."),
+        )
+        .replace(&format!("{dir}/keys/ca.pem"), &format!("{foreign}/ca.pem"));
+    std::fs::write(format!("{dir}/bad.toml"), bad).unwrap();
+    let term = lab
+        .command(Host::Terminal, bin())
+        .args(["proxy", "--config", &format!("{dir}/bad.toml")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(format!("{dir}/term2.log")).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let listener = listen(&lab, "0.0.0.0:9120");
+    listener.set_nonblocking(true).unwrap();
+    let r = in_netns(&lab.ns(Host::Client), || {
+        let mut s = TcpStream::connect("198.18.3.2:9120")?;
+        s.write_all(b"secret")?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut b = [0u8; 4];
+        s.read(&mut b)
+    })
+    .join()
+    .unwrap();
+    for mut c in [term, gw] {
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let _ = c.wait();
+    }
+    assert_eq!(
+        r.map_err(|e| e.kind()),
+        Err(ErrorKind::ConnectionReset),
+        "a flow with no authenticated tunnel is reset"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "nothing reached the server through an unauthenticated peer"
+    );
+    let gw = std::fs::read_to_string(format!("{dir}/gw2.log")).unwrap();
+    assert!(gw.contains("refused a tunnel peer"), "{gw}");
+    assert!(!gw.contains("tunnel peer authenticated"), "{gw}");
+    let term = std::fs::read_to_string(format!("{dir}/term2.log")).unwrap();
+    assert!(term.contains("refused or failed the handshake"), "{term}");
+}
+
+#[test]
+fn flows_survive_an_outage_of_the_hop() {
+    let link = "[both]\nrate='20Mbit'\ndelay='50ms'\n";
+    let mut lab = tunnel_lab("tout", link, None);
+    let listener = listen(&lab, "0.0.0.0:9130");
+    const FLOWS: usize = 5;
+    const SIZE: usize = 4 << 20;
+    let server = std::thread::spawn(move || {
+        let mut hs = Vec::new();
+        for i in 0..FLOWS {
+            let (mut s, _) = listener.accept().unwrap();
+            hs.push(std::thread::spawn(move || {
+                let mut seed = [0u8; 1];
+                s.read_exact(&mut seed).unwrap();
+                s.write_all(&pattern(SIZE, seed[0])).unwrap();
+                i
+            }));
+        }
+        hs.into_iter().map(|h| h.join().unwrap()).count()
+    });
+    // The link goes down 1 s after the emulator restarts, for 10 s, mid-transfer.
+    let spec: satpep_link::config::LinkSpec =
+        toml::from_str(&format!("{link}[outage]\ndown=['1s..11s']\n")).unwrap();
+    let spec = satpep_link::config::LinkSpec::layered(&[&spec]).unwrap();
+    lab.start_emulator(&spec).unwrap();
+    let t0 = Instant::now();
+    let results = in_netns(&lab.ns(Host::Client), || {
+        let hs: Vec<_> = (0..FLOWS as u8)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let mut s = TcpStream::connect("198.18.3.2:9130").unwrap();
+                    s.write_all(&[i + 1]).unwrap();
+                    let mut got = Vec::new();
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    let r = s.read_to_end(&mut got).map_err(|e| e.kind());
+                    (
+                        i,
+                        r.map(|_| Sha256::digest(&got) == Sha256::digest(pattern(SIZE, i + 1))),
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .join()
+    .unwrap();
+    let took = t0.elapsed();
+    assert_eq!(server.join().unwrap(), FLOWS);
+    for (i, r) in results {
+        assert_eq!(
+            r,
+            Ok(true),
+            "flow {i}: complete and intact after the outage"
+        );
+    }
+    // 20 MB at 20 Mbit/s is 8 s; with the 10 s outage the flows must have waited it out.
+    assert!(
+        took > Duration::from_secs(11),
+        "{took:?}: the outage did not happen"
+    );
+    let stats = lab.link_stats().unwrap();
+    assert!(stats.forward.dropped_outage + stats.ret.dropped_outage > 0);
+}
+
+#[test]
+fn an_interactive_flow_is_not_stuck_behind_a_bulk_download() {
+    // 20 Mbit/s, RTT 200 ms.
+    let lab = tunnel_lab("tfair", "[both]\nrate='20Mbit'\ndelay='100ms'\n", None);
+    let bulk_l = listen(&lab, "0.0.0.0:9140");
+    let echo_l = listen(&lab, "0.0.0.0:9141");
+    let bulk = std::thread::spawn(move || {
+        let (mut s, _) = bulk_l.accept().unwrap();
+        let chunk = pattern(1 << 20, 1);
+        // As much as the client takes for 12 s.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(12) {
+            if s.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let echo = std::thread::spawn(move || {
+        let (mut s, _) = echo_l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut b = [0u8; 100];
+        while s.read_exact(&mut b).is_ok() {
+            if s.write_all(&b).is_err() {
+                break;
+            }
+        }
+    });
+    let (times, bulk_bytes) = in_netns(&lab.ns(Host::Client), || {
+        let reader = std::thread::spawn(|| {
+            let mut s = TcpStream::connect("198.18.3.2:9140").unwrap();
+            let mut n = 0u64;
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(k) = s.read(&mut buf) {
+                if k == 0 {
+                    break;
+                }
+                n += k as u64;
+            }
+            n
+        });
+        // Let the bulk flow fill the hop first.
+        std::thread::sleep(Duration::from_secs(4));
+        let mut s = TcpStream::connect("198.18.3.2:9141").unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut times = Vec::new();
+        let mut b = [7u8; 100];
+        for _ in 0..10 {
+            let t = Instant::now();
+            s.write_all(&b).unwrap();
+            s.read_exact(&mut b).unwrap();
+            times.push(t.elapsed());
+        }
+        drop(s);
+        (times, reader.join().unwrap())
+    })
+    .join()
+    .unwrap();
+    bulk.join().unwrap();
+    echo.join().unwrap();
+    let mut sorted = times.clone();
+    sorted.sort();
+    let median = sorted[sorted.len() / 2];
+    // The bulk flow had the hop: at least 8 s of 20 Mbit/s at a third of the rate.
+    assert!(bulk_bytes > 8 << 20, "bulk moved {bulk_bytes} bytes");
+    // One RTT plus the small queue the tunnel keeps; a TCP flow sharing a full 1-BDP
+    // bottleneck queue would wait a second RTT.
+    assert!(
+        median < Duration::from_millis(300),
+        "request/response behind a bulk download: {times:?}"
+    );
+}
