@@ -1,6 +1,6 @@
 //! `satpep lab run`: the named experiments. `demo` is the README's main job: TCP downloads
-//! with cubic and bbr, end-to-end and split by satpep, over the `geo` link, loss-free and at
-//! BER 1e-6, in one table.
+//! with cubic and bbr, end-to-end and split by satpep, and through satpep's tunnel, over the
+//! `geo` link, loss-free and at BER 1e-6, in one table.
 
 use crate::iperf::tcp_download;
 use crate::progress::Progress;
@@ -13,10 +13,13 @@ use satpep_link::units::fmt_rate;
 /// Arguments of `satpep lab run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Experiment: `demo` (cubic and bbr, end-to-end and split, over geo, ~3 min),
+    /// Experiment: `demo` (cubic and bbr end-to-end and split, and the tunnel, over geo,
+    /// ~3 min),
     /// `link-accuracy` (the emulator's accuracy and CPU benchmark, ~11 min), `relay-overhead`
     /// (the split proxy's throughput and CPU against plain forwarding, ~2 min) or `cc-sweep`
-    /// (congestion controls over 100 Mbit/s, 600 ms, BER 0 to 1e-5; ~40 min, --quick ~9 min).
+    /// (congestion controls over 100 Mbit/s, 600 ms, BER 0 to 1e-5; ~40 min, --quick ~9 min)
+    /// or `tunnel` (distributed mode against end-to-end and split: BER sweep, T1, 100 KB
+    /// fetch, outage; ~25 min, --quick ~8 min).
     pub experiment: String,
     /// Seconds per transfer [default: demo 15, link-accuracy 10].
     #[arg(long, value_name = "S")]
@@ -38,8 +41,9 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         "link-accuracy" => crate::accuracy::run(&args),
         "relay-overhead" => crate::relay_bench::run(&args),
         "cc-sweep" => crate::cc_sweep::run(&args),
+        "tunnel" => crate::tunnel_bench::run(&args),
         other => Err(format!(
-            "unknown experiment '{other}' (available: demo, link-accuracy, relay-overhead, cc-sweep)"
+            "unknown experiment '{other}' (available: demo, link-accuracy, relay-overhead, cc-sweep, tunnel)"
         )),
     }
 }
@@ -84,7 +88,7 @@ fn lab_name(kind: &str) -> String {
 }
 
 fn demo(args: &RunArgs) -> Result<(), String> {
-    let secs = args.duration.unwrap_or(if args.quick { 8 } else { 15 });
+    let secs = args.duration.unwrap_or(if args.quick { 8 } else { 12 });
     let mut cells = Vec::new();
     for ber in [0.0, 1e-6] {
         for mode in ["end-to-end", "split"] {
@@ -92,6 +96,7 @@ fn demo(args: &RunArgs) -> Result<(), String> {
                 cells.push((ber, mode, cc));
             }
         }
+        cells.push((ber, "tunnel", "satellite"));
     }
     let progress = Progress::new(cells.len(), secs as f64 + 3.0, false);
     let base = satpep_link::presets::spec("geo")?;
@@ -106,22 +111,39 @@ fn demo(args: &RunArgs) -> Result<(), String> {
             current_ber = Some(ber);
         }
         lab.stop_proxies();
-        if mode == "split" {
-            lab.start_proxies(
-                &spec,
-                &Pep {
-                    cc: Some(cc.into()),
-                    ..Default::default()
-                },
-            )?;
-        }
+        let server_cc = match mode {
+            "split" => {
+                lab.start_proxies(
+                    &spec,
+                    &Pep {
+                        cc: Some(cc.into()),
+                        ..Default::default()
+                    },
+                )?;
+                cc
+            }
+            "tunnel" => {
+                lab.start_proxies(
+                    &spec,
+                    &Pep {
+                        tunnel: Some(cc.into()),
+                        ..Default::default()
+                    },
+                )?;
+                // The server's own leg ends at the gateway.
+                "cubic"
+            }
+            _ => cc,
+        };
         let cfg = spec.resolve()?;
         let rate = match cfg.forward.rate {
             RateSource::Fixed(r) => r,
             RateSource::Trace(ref t) => t.max(),
         };
-        let what = format!("{mode:<10} {cc:<5} BER {:<5}", fmt_ber(ber));
-        let r = tcp_download(&lab, cc, secs, false, &mut |t| progress.tick(i, &what, t))?;
+        let what = format!("{mode:<10} {cc:<9} BER {:<5}", fmt_ber(ber));
+        let r = tcp_download(&lab, server_cc, secs, false, &mut |t| {
+            progress.tick(i, &what, t)
+        })?;
         let limit = tcp_limit_bps(rate, cfg.forward.overhead, ber);
         let row = DemoRow {
             mode: mode.into(),
@@ -157,16 +179,16 @@ fn print_demo(rows: &[DemoRow], secs: u32) {
         "\nsatpep demo: {secs} s bulk TCP download over the geo link (50 Mbit/s forward, 280 ms one way)\n"
     );
     println!(
-        "| {:<10} | {:<5} | {:>6} | {:>14} | {:>11} | {:>7} | {:>8} |",
+        "| {:<10} | {:<9} | {:>6} | {:>14} | {:>11} | {:>7} | {:>8} |",
         "mode", "cc", "BER", "goodput", "% of limit", "retrans", "srv RTT"
     );
     println!(
-        "|{:-<12}|{:-<7}|{:->8}|{:->16}|{:->13}|{:->9}|{:->10}|",
+        "|{:-<12}|{:-<11}|{:->8}|{:->16}|{:->13}|{:->9}|{:->10}|",
         "", "", "", "", "", "", ""
     );
     for r in rows {
         println!(
-            "| {:<10} | {:<5} | {:>6} | {:>14} | {:>10.1}% | {:>7} | {:>8.0} |",
+            "| {:<10} | {:<9} | {:>6} | {:>14} | {:>10.1}% | {:>7} | {:>8.0} |",
             r.mode,
             r.cc,
             if r.ber == 0.0 {
@@ -183,10 +205,10 @@ fn print_demo(rows: &[DemoRow], secs: u32) {
     println!(
         "\n% of limit: goodput / (rate × 1448/1514 × (1 − PER)), the most TCP can carry on this link."
     );
-    println!("split: satpep proxy on terminal and gateway, the named cc on the satellite leg; retrans and");
-    println!(
-        "srv RTT are the server's (end-to-end: across the satellite; split: to the gateway PEP)."
-    );
+    println!("split: satpep proxy on terminal and gateway, the named cc on the satellite leg.");
+    println!("tunnel: every flow in one QUIC connection between the two satpeps, with the named controller.");
+    println!("retrans and srv RTT are the server's (end-to-end: across the satellite; split and tunnel: to");
+    println!("the gateway).");
 }
 
 #[cfg(test)]

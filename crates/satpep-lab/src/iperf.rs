@@ -16,6 +16,28 @@ pub struct TcpResult {
     pub retransmits: u64,
     /// Sender's mean smoothed RTT, ms.
     pub mean_rtt_ms: f64,
+    /// (end of interval in seconds, bytes received in it), one per second.
+    pub intervals: Vec<(f64, u64)>,
+}
+
+impl TcpResult {
+    /// Goodput from `from_s` seconds on, bit/s (the whole run if it is shorter).
+    pub fn goodput_after(&self, from_s: f64) -> f64 {
+        let mut prev = 0.0;
+        let (mut bytes, mut secs) = (0u64, 0.0);
+        for &(end, b) in &self.intervals {
+            if prev >= from_s - 1e-6 {
+                bytes += b;
+                secs += end - prev;
+            }
+            prev = end;
+        }
+        if secs > 0.0 {
+            bytes as f64 * 8.0 / secs
+        } else {
+            self.goodput_bps
+        }
+    }
 }
 
 /// Outcome of one iperf3 UDP stream, as seen by the receiver.
@@ -186,6 +208,14 @@ pub fn tcp_download(
             .as_f64()
             .unwrap_or(0.0)
             / 1000.0,
+        intervals: v["intervals"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|i| Some((i["sum"]["end"].as_f64()?, i["sum"]["bytes"].as_u64()?)))
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 

@@ -9,9 +9,11 @@ pub mod topology;
 pub use topology::{Host, Lab, UpOptions};
 pub mod accuracy;
 pub mod cc_sweep;
+pub mod http;
 pub mod progress;
 pub mod relay_bench;
 pub mod sink;
+pub mod tunnel_bench;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,0 +1,482 @@
+//! `satpep lab run tunnel`: the distributed mode's evidence, side by side with end-to-end TCP
+//! and split mode in one run:
+//! 1. 100 Mbit/s, RTT 600 ms, a BER sweep: goodput as a share of the physical limit, over the
+//!    whole transfer and from 10 s on, and link bytes (both directions) per payload byte;
+//! 2. T1 (1.544 Mbit/s), 285 ms one way, BER 1e-5 (Lawson 2006's link, 000);
+//! 3. a fresh connection fetching 100 KB over `geo`: time to last byte;
+//! 4. an outage in the middle of 20 downloads: every one completes, checksums match.
+
+use crate::demo::{fmt_ber, tcp_limit_bps, RunArgs};
+use crate::http::{finish_fetch, spawn_fetch, HttpServer};
+use crate::iperf::tcp_download;
+use crate::progress::Progress;
+use crate::topology::{ensure_cc, state_dir, Host, Lab, Pep, UpOptions};
+use satpep_link::config::LinkSpec;
+use satpep_link::units::fmt_rate;
+use serde::Serialize;
+
+/// A PEP configuration: mode and controller.
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    mode: &'static str,
+    cc: &'static str,
+}
+
+const fn c(mode: &'static str, cc: &'static str) -> Config {
+    Config { mode, cc }
+}
+
+/// One bulk-transfer cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct BulkRow {
+    /// Which part: "100M/600ms" or "T1".
+    pub link: String,
+    /// "end-to-end", "split" or "tunnel".
+    pub mode: String,
+    /// Controller: the server's end to end, the satellite leg's split, the tunnel's.
+    pub cc: String,
+    /// Forward bit error rate.
+    pub ber: f64,
+    /// Goodput over the whole transfer, bit/s.
+    pub goodput_bps: f64,
+    /// Goodput / physical limit.
+    pub utilization: f64,
+    /// Goodput from 10 s on / physical limit.
+    pub utilization_after_10s: f64,
+    /// Bytes the emulated link carried, both directions, per payload byte delivered.
+    pub link_bytes_per_payload_byte: f64,
+}
+
+/// One fetch-time cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct FetchRow {
+    /// PEP mode.
+    pub mode: String,
+    /// Median time to last byte over the repetitions, s.
+    pub median_s: f64,
+    /// Every repetition, s.
+    pub times_s: Vec<f64>,
+    /// One RTT plus serialization of the file at the forward rate, s.
+    pub physical_s: f64,
+}
+
+/// The outage part's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutageRow {
+    /// Downloads started.
+    pub transfers: usize,
+    /// Downloads complete with the right checksum.
+    pub intact: usize,
+    /// Outage length, s.
+    pub outage_s: u32,
+    /// Time until the last download finished, s.
+    pub last_done_s: f64,
+    /// Frames the link dropped during the outage.
+    pub dropped_outage: u64,
+}
+
+/// Everything the experiment measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct TunnelReport {
+    /// Parts 1 and 2.
+    pub bulk: Vec<BulkRow>,
+    /// Part 3.
+    pub fetch: Vec<FetchRow>,
+    /// Part 4.
+    pub outage: Option<OutageRow>,
+}
+
+fn spec(text: &str) -> Result<LinkSpec, String> {
+    let s: LinkSpec = toml::from_str(text).map_err(|e| e.to_string())?;
+    LinkSpec::layered(&[&s])
+}
+
+fn start_pep(lab: &mut Lab, spec: &LinkSpec, cfg: Config) -> Result<&'static str, String> {
+    lab.stop_proxies();
+    Ok(match cfg.mode {
+        "split" => {
+            lab.start_proxies(
+                spec,
+                &Pep {
+                    cc: Some(cfg.cc.into()),
+                    ..Default::default()
+                },
+            )?;
+            "cubic"
+        }
+        "tunnel" => {
+            lab.start_proxies(
+                spec,
+                &Pep {
+                    tunnel: Some(cfg.cc.into()),
+                    ..Default::default()
+                },
+            )?;
+            "cubic"
+        }
+        _ => cfg.cc,
+    })
+}
+
+fn link_bytes(lab: &Lab) -> u64 {
+    lab.link_stats()
+        .map(|s| s.forward.bytes_in + s.ret.bytes_in)
+        .unwrap_or(0)
+}
+
+/// Runs the bulk cells of one link.
+#[allow(clippy::too_many_arguments)]
+fn bulk(
+    label: &str,
+    link_text: &str,
+    rate: f64,
+    bers: &[f64],
+    configs: &[Config],
+    secs: u32,
+    progress: &Progress,
+    next: &mut usize,
+    rows: &mut Vec<BulkRow>,
+) -> Result<(), String> {
+    let name = format!("tun-{}", std::process::id());
+    let mut lab = Lab::up(&name, &spec(link_text)?, &UpOptions::default())?;
+    for &ber in bers {
+        let s = spec(&format!("{link_text}[forward]\nber = {ber:e}\n"))?;
+        lab.start_emulator(&s)?;
+        for &cfg in configs {
+            if crate::interrupted() {
+                return Err("interrupted".into());
+            }
+            let server_cc = start_pep(&mut lab, &s, cfg)?;
+            let what = format!(
+                "{label} {:<10} {:<15} BER {:<5}",
+                cfg.mode,
+                cfg.cc,
+                fmt_ber(ber)
+            );
+            let before = link_bytes(&lab);
+            let i = *next;
+            let r = tcp_download(&lab, server_cc, secs, false, &mut |t| {
+                progress.tick(i, &what, t)
+            })?;
+            let carried = link_bytes(&lab).saturating_sub(before);
+            let limit = tcp_limit_bps(rate, 0, ber);
+            let row = BulkRow {
+                link: label.into(),
+                mode: cfg.mode.into(),
+                cc: cfg.cc.into(),
+                ber,
+                goodput_bps: r.goodput_bps,
+                utilization: r.goodput_bps / limit,
+                utilization_after_10s: r.goodput_after(10.0) / limit,
+                link_bytes_per_payload_byte: carried as f64 / r.bytes.max(1) as f64,
+            };
+            progress.done(
+                i,
+                &what,
+                &format!(
+                    "{} ({:.1} % of limit, {:.1} % from 10 s)",
+                    fmt_rate(row.goodput_bps),
+                    row.utilization * 100.0,
+                    row.utilization_after_10s * 100.0
+                ),
+            );
+            *next += 1;
+            rows.push(row);
+        }
+    }
+    lab.stop_proxies();
+    Ok(())
+}
+
+/// Part 3: median time to last byte of a 100 KB fetch on a fresh connection.
+fn fetch_times(
+    reps: usize,
+    progress: &Progress,
+    next: &mut usize,
+) -> Result<Vec<FetchRow>, String> {
+    let base = satpep_link::presets::spec("geo")?;
+    let cfg = base.resolve()?;
+    let rtt = (cfg.forward.delay.max_ns() + cfg.ret.delay.max_ns()) as f64 / 1e9;
+    let physical = rtt + 100_000.0 * 8.0 / cfg.forward.rate.max_bps();
+    let name = format!("tunf-{}", std::process::id());
+    let mut lab = Lab::up(&name, &base, &UpOptions::default())?;
+    let _www = HttpServer::start(&lab, Host::Server, &[("100k.bin", 100_000)])?;
+    let mut rows = Vec::new();
+    for cfg in [
+        c("end-to-end", "cubic"),
+        c("split", "cubic"),
+        c("tunnel", "satellite"),
+    ] {
+        start_pep(&mut lab, &base, cfg)?;
+        let i = *next;
+        let what = format!("geo 100 KB fetch {:<10}", cfg.mode);
+        let mut times = Vec::new();
+        // A first fetch warms what a real path has warm (ARP, the tunnel's connection).
+        let _ = finish_fetch(
+            spawn_fetch(&lab, Host::Client, "http://198.18.3.2/100k.bin", None, 30),
+            None,
+        );
+        for k in 0..reps {
+            let f = finish_fetch(
+                spawn_fetch(&lab, Host::Client, "http://198.18.3.2/100k.bin", None, 30),
+                None,
+            );
+            if f.exit != 0 || f.bytes != 100_000 {
+                return Err(format!(
+                    "{}: fetch {k} failed (curl exit {}, {} bytes)",
+                    cfg.mode, f.exit, f.bytes
+                ));
+            }
+            times.push(f.total_s);
+            progress.tick(i, &what, k as f64);
+        }
+        let mut sorted = times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        progress.done(
+            i,
+            &what,
+            &format!("median {:.3} s (physical {:.3} s)", median, physical),
+        );
+        *next += 1;
+        rows.push(FetchRow {
+            mode: cfg.mode.into(),
+            median_s: median,
+            times_s: times,
+            physical_s: physical,
+        });
+    }
+    lab.stop_proxies();
+    Ok(rows)
+}
+
+/// Part 4: `n` downloads through the tunnel over `geo`, with the link down for `outage_s`
+/// from 5 s after they start.
+fn outage(
+    n: usize,
+    size: usize,
+    outage_s: u32,
+    progress: &Progress,
+    i: usize,
+) -> Result<OutageRow, String> {
+    let base = satpep_link::presets::spec("geo")?;
+    let name = format!("tuno-{}", std::process::id());
+    let mut lab = Lab::up(&name, &base, &UpOptions::default())?;
+    let files: Vec<(String, usize)> = (0..n).map(|k| (format!("f{k}.bin"), size)).collect();
+    let refs: Vec<(&str, usize)> = files.iter().map(|(a, b)| (a.as_str(), *b)).collect();
+    let www = HttpServer::start(&lab, Host::Server, &refs)?;
+    start_pep(&mut lab, &base, c("tunnel", "satellite"))?;
+    let mut with_outage = base.clone();
+    with_outage.outage.down = vec![format!("5s..{}s", 5 + outage_s)];
+    lab.start_emulator(&with_outage)?;
+    let dir = state_dir(&lab.name);
+    let t0 = std::time::Instant::now();
+    let children: Vec<_> = (0..n)
+        .map(|k| {
+            let out = dir.join(format!("got{k}.bin"));
+            let url = format!("http://198.18.3.2/f{k}.bin");
+            (
+                spawn_fetch(&lab, Host::Client, &url, Some(&out), outage_s + 300),
+                out,
+            )
+        })
+        .collect();
+    let what = format!("geo {n} downloads, {outage_s} s outage");
+    let mut intact = 0;
+    let mut last = 0.0f64;
+    for (k, (child, out)) in children.into_iter().enumerate() {
+        let f = finish_fetch(child, Some(&out));
+        progress.tick(i, &what, t0.elapsed().as_secs_f64());
+        last = last.max(t0.elapsed().as_secs_f64());
+        let want = www.sha256(&format!("f{k}.bin"))?;
+        if f.exit == 0 && f.sha256 == Some(want) {
+            intact += 1;
+        }
+        let _ = std::fs::remove_file(&out);
+    }
+    let dropped = lab
+        .link_stats()
+        .map(|s| s.forward.dropped_outage + s.ret.dropped_outage)
+        .unwrap_or(0);
+    progress.done(
+        i,
+        &what,
+        &format!("{intact}/{n} intact, last done at {last:.1} s"),
+    );
+    lab.stop_proxies();
+    Ok(OutageRow {
+        transfers: n,
+        intact,
+        outage_s,
+        last_done_s: last,
+        dropped_outage: dropped,
+    })
+}
+
+/// Runs the experiment and prints its tables (or JSON).
+pub fn run(args: &RunArgs) -> Result<(), String> {
+    let quick = args.quick;
+    let secs = args.duration.unwrap_or(if quick { 20 } else { 30 });
+    let bers: &[f64] = if quick {
+        &[0.0, 1e-6, 1e-5]
+    } else {
+        &[0.0, 1e-7, 1e-6, 1e-5]
+    };
+    let fast_configs: &[Config] = if quick {
+        &[
+            c("end-to-end", "bbr"),
+            c("split", "bbr"),
+            c("tunnel", "satellite"),
+        ]
+    } else {
+        &[
+            c("end-to-end", "cubic"),
+            c("end-to-end", "bbr"),
+            c("split", "bbr"),
+            c("split", "satpep_tarang"),
+            c("tunnel", "satellite"),
+            c("tunnel", "bbr"),
+            c("tunnel", "cubic"),
+        ]
+    };
+    let t1_configs: &[Config] = &[
+        c("end-to-end", "cubic"),
+        c("split", "satpep_tarang"),
+        c("tunnel", "satellite"),
+    ];
+    for cfg in fast_configs.iter().chain(t1_configs) {
+        if cfg.mode == "split" {
+            ensure_cc(cfg.cc)?;
+        }
+    }
+    let t1_secs = if quick { 30 } else { 60 };
+    let reps = if quick { 3 } else { 7 };
+    let (n, size, outage_s) = if quick {
+        (20, 2 << 20, 20)
+    } else {
+        (20, 5 << 20, 60)
+    };
+    let cells = bers.len() * fast_configs.len() + t1_configs.len() + 3 + 1;
+    let progress = Progress::new(cells, secs as f64 + 5.0, false);
+    let mut next = 0;
+    let mut rows = Vec::new();
+    bulk(
+        "100M/600ms",
+        "[both]\nrate = '100Mbit'\ndelay = '300ms'\n",
+        100e6,
+        bers,
+        fast_configs,
+        secs,
+        &progress,
+        &mut next,
+        &mut rows,
+    )?;
+    bulk(
+        "T1/570ms",
+        "[both]\nrate = '1.544Mbit'\ndelay = '285ms'\n",
+        1.544e6,
+        &[1e-5],
+        t1_configs,
+        t1_secs,
+        &progress,
+        &mut next,
+        &mut rows,
+    )?;
+    let fetch = fetch_times(reps, &progress, &mut next)?;
+    let out = outage(n, size, outage_s, &progress, next)?;
+    let report = TunnelReport {
+        bulk: rows,
+        fetch,
+        outage: Some(out),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap());
+    } else {
+        print_report(&report, bers, secs, t1_secs);
+    }
+    Ok(())
+}
+
+fn print_report(r: &TunnelReport, bers: &[f64], secs: u32, t1_secs: u32) {
+    println!("\nsatpep tunnel: 100 Mbit/s each way, RTT 600 ms, {secs} s bulk downloads; % of the physical limit (whole transfer / from 10 s on)\n");
+    let mut head = format!("| {:<10} | {:<15} |", "mode", "cc");
+    let mut rule = format!("|{:-<12}|{:-<17}|", "", "");
+    for b in bers {
+        head += &format!(" {:>17} |", format!("BER {}", fmt_ber(*b)));
+        rule += &format!("{:->19}|", "");
+    }
+    head += " link B / payload B |";
+    rule += &format!("{:->21}|", "");
+    println!("{head}\n{rule}");
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for row in r.bulk.iter().filter(|x| x.link == "100M/600ms") {
+        let k = (row.mode.clone(), row.cc.clone());
+        if seen.contains(&k) {
+            continue;
+        }
+        seen.push(k);
+        let mut line = format!("| {:<10} | {:<15} |", row.mode, row.cc);
+        let mut overhead = None;
+        for b in bers {
+            let cell = r.bulk.iter().find(|x| {
+                x.link == row.link && x.mode == row.mode && x.cc == row.cc && x.ber == *b
+            });
+            line += &match cell {
+                Some(x) => {
+                    if *b == 0.0 {
+                        overhead = Some(x.link_bytes_per_payload_byte);
+                    }
+                    format!(
+                        " {:>7.1} / {:>5.1} % |",
+                        x.utilization * 100.0,
+                        x.utilization_after_10s * 100.0
+                    )
+                }
+                None => format!(" {:>17} |", "-"),
+            };
+        }
+        line += &match overhead {
+            Some(o) => format!(" {o:>19.3} |"),
+            None => format!(" {:>19} |", "-"),
+        };
+        println!("{line}");
+    }
+    println!("\nlink B / payload B: bytes the emulated link carried (both directions, whole frames) per byte delivered, at BER 0.");
+    println!("\nT1 (1.544 Mbit/s), 285 ms one way, BER 1e-5, {t1_secs} s (Lawson 2006: SCPS-TP 150.7 kbit/s, ~10 %):\n");
+    println!(
+        "| {:<10} | {:<15} | {:>12} | {:>11} |",
+        "mode", "cc", "goodput", "% of limit"
+    );
+    println!("|{:-<12}|{:-<17}|{:->14}|{:->13}|", "", "", "", "");
+    for x in r.bulk.iter().filter(|x| x.link == "T1/570ms") {
+        println!(
+            "| {:<10} | {:<15} | {:>12} | {:>10.1}% |",
+            x.mode,
+            x.cc,
+            fmt_rate(x.goodput_bps),
+            x.utilization * 100.0
+        );
+    }
+    println!("\n100 KB fetch on a new connection over geo (time to last byte, median of the repetitions):\n");
+    println!(
+        "| {:<10} | {:>9} | {:>12} | {:>9} |",
+        "mode", "median", "physical", "ratio"
+    );
+    println!("|{:-<12}|{:->11}|{:->14}|{:->11}|", "", "", "", "");
+    for f in &r.fetch {
+        println!(
+            "| {:<10} | {:>7.3} s | {:>10.3} s | {:>9.2} |",
+            f.mode,
+            f.median_s,
+            f.physical_s,
+            f.median_s / f.physical_s
+        );
+    }
+    println!("physical: one RTT plus the file's serialization at the forward rate.");
+    if let Some(o) = &r.outage {
+        println!(
+            "\nOutage: {} downloads over geo through the tunnel, link down {} s from 5 s: {}/{} complete with matching SHA-256, last at {:.1} s ({} frames dropped by the outage).",
+            o.transfers, o.outage_s, o.intact, o.transfers, o.last_done_s, o.dropped_outage
+        );
+    }
+}
