@@ -21,7 +21,7 @@ pub struct RunArgs {
     /// or `tunnel` (distributed mode against end-to-end and split: BER sweep, T1, 100 KB
     /// fetch, outage; ~25 min, --quick ~8 min).
     pub experiment: String,
-    /// Seconds per transfer [default: demo 15, link-accuracy 10].
+    /// Seconds per transfer [default: demo 12, link-accuracy 10].
     #[arg(long, value_name = "S")]
     pub duration: Option<u32>,
     /// Shorter, smaller version (fewer cells, shorter transfers).

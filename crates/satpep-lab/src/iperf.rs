@@ -21,12 +21,14 @@ pub struct TcpResult {
 }
 
 impl TcpResult {
-    /// Goodput from `from_s` seconds on, bit/s (the whole run if it is shorter).
+    /// Goodput from `from_s` seconds on, bit/s, leaving out the last second (it also holds
+    /// what was queued when the sender stopped); the whole run's if it is shorter.
     pub fn goodput_after(&self, from_s: f64) -> f64 {
         let mut prev = 0.0;
         let (mut bytes, mut secs) = (0u64, 0.0);
-        for &(end, b) in &self.intervals {
-            if prev >= from_s - 1e-6 {
+        let last = self.intervals.len().saturating_sub(1);
+        for (k, &(end, b)) in self.intervals.iter().enumerate() {
+            if prev >= from_s - 1e-6 && k < last {
                 bytes += b;
                 secs += end - prev;
             }
@@ -384,4 +386,29 @@ pub fn ping(
         }
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn goodput_after_skips_the_start_and_the_last_second() {
+        let r = TcpResult {
+            goodput_bps: 1.0,
+            bytes: 0,
+            retransmits: 0,
+            mean_rtt_ms: 0.0,
+            // 1 MB/s for 10 s, 2 MB/s for 4 s, then a 3 MB burst of queued data.
+            intervals: (1..=10)
+                .map(|s| (s as f64, 1_000_000))
+                .chain((11..=14).map(|s| (s as f64, 2_000_000)))
+                .chain([(15.0, 3_000_000)])
+                .collect(),
+        };
+        assert_eq!(r.goodput_after(10.0), 16e6);
+        assert_eq!(r.goodput_after(0.0), (10.0 + 8.0) * 8e6 / 14.0);
+        // Nothing after the start: the whole run's figure.
+        assert_eq!(r.goodput_after(20.0), 1.0);
+    }
 }

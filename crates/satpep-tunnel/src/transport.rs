@@ -75,8 +75,7 @@ impl Hop {
     pub fn socket_buffer(&self) -> usize {
         bdp(self.send_rate, self.rtt)
             .max(bdp(self.receive_rate, self.rtt))
-            .max(8 << 20)
-            .min(1 << 30) as usize
+            .clamp(8 << 20, 1 << 30) as usize
     }
 
     /// quinn's transport configuration for this hop.

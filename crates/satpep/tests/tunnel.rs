@@ -326,7 +326,8 @@ fn flows_survive_an_outage_of_the_hop() {
                 i
             }));
         }
-        hs.into_iter().map(|h| h.join().unwrap()).count()
+        let done: Vec<usize> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        done.len()
     });
     // The link goes down 1 s after the emulator restarts, for 10 s, mid-transfer.
     let spec: satpep_link::config::LinkSpec =
