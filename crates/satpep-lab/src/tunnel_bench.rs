@@ -1,7 +1,7 @@
 //! `satpep lab run tunnel`: the distributed mode's evidence, side by side with end-to-end TCP
 //! and split mode in one run:
 //! 1. 100 Mbit/s, RTT 600 ms, a BER sweep: goodput as a share of the physical limit, over the
-//!    whole transfer and from 10 s on, and link bytes (both directions) per payload byte;
+//!    whole transfer and from 10 s on; and link bytes per payload byte of one download;
 //! 2. T1 (1.544 Mbit/s), 285 ms one way, BER 1e-5 (Lawson 2006's link, 000);
 //! 3. a fresh connection fetching 100 KB over `geo`: time to last byte;
 //! 4. an outage in the middle of 20 downloads: every one completes, checksums match.
@@ -43,8 +43,19 @@ pub struct BulkRow {
     pub utilization: f64,
     /// Goodput from 10 s on / physical limit.
     pub utilization_after_10s: f64,
-    /// Bytes the emulated link carried, both directions, per payload byte delivered.
-    pub link_bytes_per_payload_byte: f64,
+}
+
+/// Protocol overhead of one mode: what the link delivered per payload byte of a download.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverheadRow {
+    /// PEP mode.
+    pub mode: String,
+    /// Payload bytes downloaded (the file's size).
+    pub payload: u64,
+    /// Link bytes delivered gateway → terminal (whole frames) per payload byte.
+    pub forward_per_byte: f64,
+    /// Link bytes delivered terminal → gateway (acknowledgements) per payload byte.
+    pub return_per_byte: f64,
 }
 
 /// One fetch-time cell.
@@ -84,6 +95,8 @@ pub struct TunnelReport {
     pub fetch: Vec<FetchRow>,
     /// Part 4.
     pub outage: Option<OutageRow>,
+    /// Bytes on the link per payload byte.
+    pub overhead: Vec<OverheadRow>,
 }
 
 fn spec(text: &str) -> Result<LinkSpec, String> {
@@ -118,10 +131,11 @@ fn start_pep(lab: &mut Lab, spec: &LinkSpec, cfg: Config) -> Result<&'static str
     })
 }
 
-fn link_bytes(lab: &Lab) -> u64 {
+/// Link bytes delivered so far: (forward, return).
+fn delivered(lab: &Lab) -> (u64, u64) {
     lab.link_stats()
-        .map(|s| s.forward.bytes_in + s.ret.bytes_in)
-        .unwrap_or(0)
+        .map(|s| (s.forward.delivered_bytes, s.ret.delivered_bytes))
+        .unwrap_or((0, 0))
 }
 
 /// Runs the bulk cells of one link.
@@ -153,12 +167,10 @@ fn bulk(
                 cfg.cc,
                 fmt_ber(ber)
             );
-            let before = link_bytes(&lab);
             let i = *next;
             let r = tcp_download(&lab, server_cc, secs, false, &mut |t| {
                 progress.tick(i, &what, t)
             })?;
-            let carried = link_bytes(&lab).saturating_sub(before);
             let limit = tcp_limit_bps(rate, 0, ber);
             let row = BulkRow {
                 link: label.into(),
@@ -168,7 +180,6 @@ fn bulk(
                 goodput_bps: r.goodput_bps,
                 utilization: r.goodput_bps / limit,
                 utilization_after_10s: r.goodput_after(10.0) / limit,
-                link_bytes_per_payload_byte: carried as f64 / r.bytes.max(1) as f64,
             };
             progress.done(
                 i,
@@ -245,6 +256,68 @@ fn fetch_times(
             times_s: times,
             physical_s: physical,
         });
+    }
+    lab.stop_proxies();
+    Ok(rows)
+}
+
+/// The overhead part: one download of `size` bytes per mode over a clean 100 Mbit/s, 600 ms
+/// link; link bytes delivered each way, per payload byte.
+fn overhead(
+    size: usize,
+    progress: &Progress,
+    next: &mut usize,
+) -> Result<Vec<OverheadRow>, String> {
+    let text = "[both]\nrate = '100Mbit'\ndelay = '300ms'\n";
+    let s = spec(text)?;
+    let name = format!("tunv-{}", std::process::id());
+    let mut lab = Lab::up(&name, &s, &UpOptions::default())?;
+    let _www = HttpServer::start(&lab, Host::Server, &[("big.bin", size)])?;
+    let mut rows = Vec::new();
+    for cfg in [
+        c("end-to-end", "cubic"),
+        c("split", "cubic"),
+        c("tunnel", "satellite"),
+    ] {
+        start_pep(&mut lab, &s, cfg)?;
+        let i = *next;
+        let what = format!("overhead {:<10}", cfg.mode);
+        // Connections and the tunnel are set up before counting.
+        let _ = finish_fetch(
+            spawn_fetch(&lab, Host::Client, "http://198.18.3.2/", None, 30),
+            None,
+        );
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let (f0, r0) = delivered(&lab);
+        let f = finish_fetch(
+            spawn_fetch(&lab, Host::Client, "http://198.18.3.2/big.bin", None, 120),
+            None,
+        );
+        // Let the last acknowledgements cross.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let (f1, r1) = delivered(&lab);
+        if f.exit != 0 || f.bytes != size as u64 {
+            return Err(format!(
+                "{}: download failed (curl exit {})",
+                cfg.mode, f.exit
+            ));
+        }
+        let row = OverheadRow {
+            mode: cfg.mode.into(),
+            payload: size as u64,
+            forward_per_byte: (f1 - f0) as f64 / size as f64,
+            return_per_byte: (r1 - r0) as f64 / size as f64,
+        };
+        progress.done(
+            i,
+            &what,
+            &format!(
+                "{:.4} forward + {:.4} return link bytes per payload byte",
+                row.forward_per_byte, row.return_per_byte
+            ),
+        );
+        *next += 1;
+        rows.push(row);
     }
     lab.stop_proxies();
     Ok(rows)
@@ -356,7 +429,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     } else {
         (20, 5 << 20, 60)
     };
-    let cells = bers.len() * fast_configs.len() + t1_configs.len() + 3 + 1;
+    let cells = bers.len() * fast_configs.len() + t1_configs.len() + 3 + 3 + 1;
     let progress = Progress::new(cells, secs as f64 + 5.0, false);
     let mut next = 0;
     let mut rows = Vec::new();
@@ -383,11 +456,13 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         &mut rows,
     )?;
     let fetch = fetch_times(reps, &progress, &mut next)?;
+    let overhead = overhead(50 << 20, &progress, &mut next)?;
     let out = outage(n, size, outage_s, &progress, next)?;
     let report = TunnelReport {
         bulk: rows,
         fetch,
         outage: Some(out),
+        overhead,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap());
@@ -405,8 +480,6 @@ fn print_report(r: &TunnelReport, bers: &[f64], secs: u32, t1_secs: u32) {
         head += &format!(" {:>17} |", format!("BER {}", fmt_ber(*b)));
         rule += &format!("{:->19}|", "");
     }
-    head += " link B / payload B |";
-    rule += &format!("{:->21}|", "");
     println!("{head}\n{rule}");
     let mut seen: Vec<(String, String)> = Vec::new();
     for row in r.bulk.iter().filter(|x| x.link == "100M/600ms") {
@@ -416,32 +489,40 @@ fn print_report(r: &TunnelReport, bers: &[f64], secs: u32, t1_secs: u32) {
         }
         seen.push(k);
         let mut line = format!("| {:<10} | {:<15} |", row.mode, row.cc);
-        let mut overhead = None;
         for b in bers {
             let cell = r.bulk.iter().find(|x| {
                 x.link == row.link && x.mode == row.mode && x.cc == row.cc && x.ber == *b
             });
             line += &match cell {
-                Some(x) => {
-                    if *b == 0.0 {
-                        overhead = Some(x.link_bytes_per_payload_byte);
-                    }
-                    format!(
-                        " {:>7.1} / {:>5.1} % |",
-                        x.utilization * 100.0,
-                        x.utilization_after_10s * 100.0
-                    )
-                }
+                Some(x) => format!(
+                    " {:>7.1} / {:>5.1} % |",
+                    x.utilization * 100.0,
+                    x.utilization_after_10s * 100.0
+                ),
                 None => format!(" {:>17} |", "-"),
             };
         }
-        line += &match overhead {
-            Some(o) => format!(" {o:>19.3} |"),
-            None => format!(" {:>19} |", "-"),
-        };
         println!("{line}");
     }
-    println!("\nlink B / payload B: bytes the emulated link carried (both directions, whole frames) per byte delivered, at BER 0.");
+    println!("\nfrom 10 s on: the receiver's one-second intervals from 10 s to the last but one; above 100 % when");
+    println!(
+        "data held back earlier (a queue, or bytes waiting behind a repaired loss) arrives then."
+    );
+    println!("\nLink bytes delivered (whole frames) per payload byte, one download of 50 MiB over the same link at BER 0:\n");
+    println!(
+        "| {:<10} | {:>9} | {:>9} | {:>9} |",
+        "mode", "forward", "return", "total"
+    );
+    println!("|{:-<12}|{:->11}|{:->11}|{:->11}|", "", "", "", "");
+    for o in &r.overhead {
+        println!(
+            "| {:<10} | {:>9.4} | {:>9.4} | {:>9.4} |",
+            o.mode,
+            o.forward_per_byte,
+            o.return_per_byte,
+            o.forward_per_byte + o.return_per_byte
+        );
+    }
     println!("\nT1 (1.544 Mbit/s), 285 ms one way, BER 1e-5, {t1_secs} s (Lawson 2006: SCPS-TP 150.7 kbit/s, ~10 %):\n");
     println!(
         "| {:<10} | {:<15} | {:>12} | {:>11} |",

@@ -431,6 +431,8 @@ async fn gateway(
     server_leg: crate::config::Leg,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Arc<Registry>, String> {
+    // Credentials and the UDP port first: nothing is installed for a gateway that cannot run.
+    let ep = crate::tunnel::endpoint(&t)?;
     let registry = Arc::new(Registry::default());
     let control = match cfg.metrics {
         Some(addr) => {
@@ -445,8 +447,15 @@ async fn gateway(
     cfg.strict = false;
     netfilter::install(&cfg)?;
     let mark = netfilter::Marks::new(cfg.mark).upstream;
-    let r = crate::tunnel::run_gateway(&t, Arc::new(server_leg), mark, registry.clone(), shutdown)
-        .await;
+    let r = crate::tunnel::run_gateway(
+        ep,
+        &t,
+        Arc::new(server_leg),
+        mark,
+        registry.clone(),
+        shutdown,
+    )
+    .await;
     let live = registry.reset_all();
     if live > 0 {
         warn!(live, "stopping: resetting live connections");

@@ -41,9 +41,13 @@ const HEADER_WAIT: Duration = Duration::from_secs(10);
 const GATEWAY_CONNECT: Duration = Duration::from_secs(55);
 /// Relay buffer per direction per flow.
 const CHUNK: usize = 64 * 1024;
+/// How long the terminal waits for the tunnel's handshake.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(15);
+/// After a failed attempt to reach the gateway, flows fail at once for this long.
+pub const RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// Builds the QUIC endpoint of this end from `t` (credentials loaded, UDP socket bound).
-fn endpoint(t: &TunnelConfig) -> Result<quinn::Endpoint, String> {
+pub fn endpoint(t: &TunnelConfig) -> Result<quinn::Endpoint, String> {
     let creds = Credentials::load(&t.ca, &t.cert, &t.key)?;
     let sock = transport::udp_socket(t.listen, t.hop.socket_buffer())
         .map_err(|e| format!("tunnel.listen: cannot bind UDP {}: {e}", t.listen))?;
@@ -70,18 +74,45 @@ pub struct Terminal {
     /// Connections made to the gateway (1 unless it was lost or restarted).
     pub connects: AtomicU64,
     reorder_limit: usize,
+    /// The last failed attempt to reach the gateway, and why: flows arriving soon after it
+    /// fail at once instead of queueing behind one handshake timeout each.
+    failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
 
-/// One flow's stream pair; `answered` once the gateway's answer byte has been read.
+/// One flow's stream pair. Dropped without [`Flow::finished`] set, it resets its stream:
+/// quinn would *finish* a dropped stream, and a flow cut short must never look complete.
 pub struct Flow {
-    /// Toward the gateway.
+    /// Toward the peer.
     pub send: SendStream,
-    /// From the gateway.
+    /// From the peer.
     pub recv: RecvStream,
     /// Puts what `recv` gives back in order.
     pub reader: InOrder,
     /// The answer byte was read already (strict mode).
     pub answered: bool,
+    /// The send side was finished on purpose (all bytes handed over, then end of stream).
+    pub finished: bool,
+}
+
+impl Flow {
+    fn new(send: SendStream, recv: RecvStream, reorder_limit: usize) -> Flow {
+        Flow {
+            send,
+            recv,
+            reader: InOrder::new(CHUNK, reorder_limit),
+            answered: false,
+            finished: false,
+        }
+    }
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.send.reset(CODE_RESET);
+            let _ = self.recv.stop(CODE_RESET);
+        }
+    }
 }
 
 impl Terminal {
@@ -94,27 +125,60 @@ impl Terminal {
             conn: tokio::sync::Mutex::new(None),
             connects: AtomicU64::new(0),
             reorder_limit: t.hop.reorder_limit(),
+            failed: std::sync::Mutex::new(None),
         }))
     }
 
-    /// The live connection to the gateway, connecting if there is none.
+    /// The live connection to the gateway, connecting if there is none. After a failed
+    /// attempt, flows fail at once for [`RETRY_AFTER`].
     pub async fn connection(&self) -> Result<quinn::Connection, String> {
+        let recent_failure = || {
+            self.failed
+                .lock()
+                .unwrap()
+                .as_ref()
+                .filter(|(t, _)| t.elapsed() < RETRY_AFTER)
+                .map(|(_, e)| e.clone())
+        };
+        if let Some(e) = recent_failure() {
+            return Err(e);
+        }
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
             if c.close_reason().is_none() {
                 return Ok(c.clone());
             }
         }
-        let connecting = self
-            .endpoint
-            .connect(self.peer, &self.peer_name)
-            .map_err(|e| format!("cannot connect to the gateway {}: {e}", self.peer))?;
-        let c = connecting.await.map_err(|e| {
-            format!(
-                "the gateway {} ({}) refused or failed the handshake: {e}",
-                self.peer, self.peer_name
-            )
-        })?;
+        // Another flow may have failed while this one waited for the lock.
+        if let Some(e) = recent_failure() {
+            return Err(e);
+        }
+        let attempt = async {
+            let connecting = self
+                .endpoint
+                .connect(self.peer, &self.peer_name)
+                .map_err(|e| format!("cannot connect to the gateway {}: {e}", self.peer))?;
+            match tokio::time::timeout(HANDSHAKE_WAIT, connecting).await {
+                Ok(r) => r.map_err(|e| {
+                    format!(
+                        "the gateway {} ({}) refused or failed the handshake: {e}",
+                        self.peer, self.peer_name
+                    )
+                }),
+                Err(_) => Err(format!(
+                    "the gateway {} did not answer within {} s",
+                    self.peer,
+                    HANDSHAKE_WAIT.as_secs()
+                )),
+            }
+        };
+        let c = match attempt.await {
+            Ok(c) => c,
+            Err(e) => {
+                *self.failed.lock().unwrap() = Some((std::time::Instant::now(), e.clone()));
+                return Err(e);
+            }
+        };
         self.connects.fetch_add(1, Relaxed);
         info!(gateway = %self.peer, name = %self.peer_name, "tunnel up");
         tokio::spawn(watch(c.clone()));
@@ -138,7 +202,8 @@ impl Terminal {
         first: &[u8],
     ) -> io::Result<Flow> {
         let c = self.connection().await.map_err(io::Error::other)?;
-        let (mut send, recv) = c.open_bi().await.map_err(io::Error::other)?;
+        let (send, recv) = c.open_bi().await.map_err(io::Error::other)?;
+        let mut f = Flow::new(send, recv, self.reorder_limit);
         let mut head = FlowHeader {
             client,
             server,
@@ -146,13 +211,8 @@ impl Terminal {
         }
         .encode();
         head.extend_from_slice(first);
-        send.write_all(&head).await.map_err(io::Error::other)?;
-        Ok(Flow {
-            send,
-            recv,
-            reader: InOrder::new(CHUNK, self.reorder_limit),
-            answered: false,
-        })
+        f.send.write_all(&head).await.map_err(io::Error::other)?;
+        Ok(f)
     }
 
     /// Opens a flow and waits for the gateway's answer: connected, or an error whose kind
@@ -164,11 +224,8 @@ impl Terminal {
                 f.answered = true;
                 Ok(f)
             }
-            a => {
-                let _ = f.send.reset(CODE_RESET);
-                let _ = f.recv.stop(CODE_RESET);
-                Err(answer_error(a))
-            }
+            // Dropping `f` resets the stream.
+            a => Err(answer_error(a)),
         }
     }
 
@@ -214,6 +271,7 @@ pub async fn relay_terminal(
         !answered,
     )
     .await;
+    flow.finished = r.to_stream == End::Fin;
     if let Err(a) = &r.answer {
         reg.counters.failed.fetch_add(1, Relaxed);
         info!(%src, %dst, answer = %a, "server failed behind the tunnel; resetting client");
@@ -323,13 +381,13 @@ async fn relay(
 /// carries their flows to the servers on `leg` (the terrestrial leg), from the clients'
 /// addresses, with socket mark `mark`.
 pub async fn run_gateway(
+    ep: quinn::Endpoint,
     t: &TunnelConfig,
     leg: Arc<Leg>,
     mark: u32,
     reg: Arc<Registry>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
-    let ep = endpoint(t)?;
     let limit = t.hop.reorder_limit();
     info!(listen = %t.listen, congestion = t.hop.congestion.name(), "tunnel gateway listening");
     tokio::pin!(shutdown);
@@ -444,33 +502,33 @@ async fn read_header(recv: &mut RecvStream, reader: &mut InOrder) -> Result<Flow
 }
 
 async fn gateway_flow(
-    mut send: SendStream,
-    mut recv: RecvStream,
+    send: SendStream,
+    recv: RecvStream,
     leg: Arc<Leg>,
     mark: u32,
     reg: Arc<Registry>,
     peer: SocketAddr,
     reorder_limit: usize,
 ) {
-    let mut reader = InOrder::new(CHUNK, reorder_limit);
-    let h = match tokio::time::timeout(HEADER_WAIT, read_header(&mut recv, &mut reader)).await {
+    // Every early return drops `f`, which resets the stream.
+    let mut f = Flow::new(send, recv, reorder_limit);
+    let h = match tokio::time::timeout(HEADER_WAIT, read_header(&mut f.recv, &mut f.reader)).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {
             warn!(%peer, error = %e, "bad flow header; stream reset");
-            let _ = send.reset(CODE_BAD_HEADER);
-            let _ = recv.stop(CODE_BAD_HEADER);
+            let _ = f.send.reset(CODE_BAD_HEADER);
+            let _ = f.recv.stop(CODE_BAD_HEADER);
             return;
         }
         Err(_) => {
             warn!(%peer, "no flow header within 10 s; stream reset");
-            let _ = send.reset(CODE_BAD_HEADER);
-            let _ = recv.stop(CODE_BAD_HEADER);
+            let _ = f.send.reset(CODE_BAD_HEADER);
+            let _ = f.recv.stop(CODE_BAD_HEADER);
             return;
         }
     };
     let c = &reg.counters;
     c.total.fetch_add(1, Relaxed);
-    c.active.fetch_add(1, Relaxed);
     let (src, dst) = (h.client, h.server);
     let connect = async {
         let sock = upstream(src, &leg, mark)?;
@@ -486,48 +544,44 @@ async fn gateway_flow(
                 _ => Answer::NoAnswer,
             };
             c.failed.fetch_add(1, Relaxed);
-            c.active.fetch_sub(1, Relaxed);
             info!(%src, %dst, %answer, "server failed; answering the terminal");
-            let _ = send.write_all(&[answer as u8]).await;
-            let _ = send.finish();
-            let _ = recv.stop(CODE_RESET);
-            // The answer must reach the terminal before the stream's state is dropped.
-            let _ = send.stopped().await;
+            let _ = f.recv.stop(CODE_RESET);
+            if f.send.write_all(&[answer as u8]).await.is_ok() && f.send.finish().is_ok() {
+                f.finished = true;
+                // The answer must reach the terminal before the stream's state goes.
+                let _ = f.send.stopped().await;
+            }
             return;
         }
     };
     if let Err(e) = crate::sockets::tune(SockRef::from(&server), &leg) {
         warn!(%src, %dst, error = %e, "tuning the server leg failed");
     }
-    let ok = send.write_all(&[Answer::Connected as u8]).await.ok();
     let dup = {
         use std::os::fd::AsFd;
         server.as_fd().try_clone_to_owned()
     };
-    let conn = match (ok, dup) {
-        (Some(()), Ok(fd)) => reg.add(src, dst, None, fd),
-        _ => {
-            reset_on_close(SockRef::from(&server));
-            let _ = send.reset(CODE_RESET);
-            c.active.fetch_sub(1, Relaxed);
-            return;
-        }
+    let ok = f.send.write_all(&[Answer::Connected as u8]).await.is_ok();
+    let (true, Ok(fd)) = (ok, dup) else {
+        reset_on_close(SockRef::from(&server));
+        return;
     };
+    c.active.fetch_add(1, Relaxed);
+    let conn = reg.add(src, dst, None, fd);
     info!(%src, %dst, "tunnel flow");
     let r = relay(
         server,
-        &mut send,
-        &mut recv,
-        &mut reader,
+        &mut f.send,
+        &mut f.recv,
+        &mut f.reader,
         &conn.down,
         &conn.up,
         false,
     )
     .await;
+    f.finished = r.to_stream == End::Fin;
     reg.remove(&conn);
     c.active.fetch_sub(1, Relaxed);
     let clean = r.to_stream == End::Fin && r.to_tcp == End::Fin;
     info!(%src, %dst, up = r.received, down = r.sent, clean, "tunnel flow closed");
-    // Data written and finished is delivered by the connection after the handles go.
-    let _ = r.answer;
 }

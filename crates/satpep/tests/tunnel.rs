@@ -446,3 +446,46 @@ fn an_interactive_flow_is_not_stuck_behind_a_bulk_download() {
         "request/response behind a bulk download: {times:?}"
     );
 }
+
+#[test]
+fn keygen_refuses_bad_names_and_overwrites_only_with_force() {
+    let dir = std::env::temp_dir().join(format!("satpep-keygen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let run = |args: &[&str]| satpep().arg("keygen").args(args).output().unwrap();
+    let bad = run(&["--dir", d, "not a name"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("'not a name' is not a usable name"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let ok = run(&["--dir", d, "terminal", "gateway"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("new CA"));
+    let again = run(&["--dir", d, "gateway"]);
+    assert!(
+        !again.status.success(),
+        "overwrote a certificate without --force"
+    );
+    assert!(run(&["--dir", d, "gateway", "--force"]).status.success());
+    // A config naming files that do not exist is refused with the key named.
+    let cfg = dir.join("t.toml");
+    std::fs::write(
+        &cfg,
+        format!("[tunnel]\nrole='gateway'\nca='{d}/nope.pem'\ncert='{d}/gateway.pem'\nkey='{d}/gateway.key'\nlisten='127.0.0.1:0'\n[proxy]\nmetrics=''\n"),
+    )
+    .unwrap();
+    let out = satpep()
+        .args(["proxy", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("tunnel.ca: cannot read"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
