@@ -96,6 +96,21 @@ impl Server {
             let _ = std::io::Read::read_to_end(&mut out, &mut v);
             v
         });
+        // A PEP in fast mode accepts a client before the server listens and then resets it,
+        // which iperf3 reports as a broken pipe, not as "refused": wait for the listener.
+        let t = Instant::now();
+        loop {
+            let listening = lab
+                .command(host, "ss")
+                .args(["-Hltn", &format!("sport = :{port}")])
+                .output()
+                .map(|o| !o.stdout.is_empty())
+                .unwrap_or(false);
+            if listening || t.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Ok(Server(child, Some(reader)))
     }
     fn output(mut self) -> Result<Value, String> {
