@@ -30,6 +30,10 @@ pub struct RunArgs {
     /// Print results as JSON on stdout (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Run only this part of an experiment made of parts (tunnel: sweep, t1, fetch,
+    /// overhead, outage).
+    #[arg(long, value_name = "PART")]
+    pub only: Option<String>,
 }
 
 /// Runs the experiment `args.experiment`.

@@ -1,5 +1,7 @@
 //! A real web server in a lab host (nginx, Debian's `nginx-light`), serving generated files,
-//! and curl as the client. Used for fetch times and for checksummed downloads.
+//! and curl as the client. Used for fetch times and for checksummed downloads. Its send
+//! timeout is 600 s (nginx's default is 60 s), so the lab's outages test the path, not the
+//! server's patience.
 
 use crate::topology::{state_dir, Host, Lab};
 use sha2::{Digest, Sha256};
@@ -44,6 +46,7 @@ impl HttpServer {
             "user root;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
              events {{ worker_connections 4096; }}\n\
              http {{\n access_log off;\n sendfile on;\n tcp_nodelay on;\n keepalive_requests 100000;\n\
+             send_timeout 600s;\n keepalive_timeout 600s;\n\
              client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n fastcgi_temp_path {d}/fcgi;\n\
              uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
              server {{\n  listen 80;\n  listen [::]:80;\n  root {root};\n }}\n}}\n",

@@ -84,6 +84,8 @@ pub struct OutageRow {
     pub last_done_s: f64,
     /// Frames the link dropped during the outage.
     pub dropped_outage: u64,
+    /// curl's exit codes of the downloads that failed (18: cut short).
+    pub failures: Vec<i32>,
 }
 
 /// Everything the experiment measured.
@@ -356,6 +358,7 @@ fn outage(
         .collect();
     let what = format!("geo {n} downloads, {outage_s} s outage");
     let mut intact = 0;
+    let mut failures = Vec::new();
     let mut last = 0.0f64;
     for (k, (child, out)) in children.into_iter().enumerate() {
         let f = finish_fetch(child, Some(&out));
@@ -364,6 +367,8 @@ fn outage(
         let want = www.sha256(&format!("f{k}.bin"))?;
         if f.exit == 0 && f.sha256 == Some(want) {
             intact += 1;
+        } else {
+            failures.push(f.exit);
         }
         let _ = std::fs::remove_file(&out);
     }
@@ -383,6 +388,7 @@ fn outage(
         outage_s,
         last_done_s: last,
         dropped_outage: dropped,
+        failures,
     })
 }
 
@@ -429,39 +435,72 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     } else {
         (20, 5 << 20, 60)
     };
-    let cells = bers.len() * fast_configs.len() + t1_configs.len() + 3 + 3 + 1;
+    let parts = ["sweep", "t1", "fetch", "overhead", "outage"];
+    if let Some(p) = &args.only {
+        if !parts.contains(&p.as_str()) {
+            return Err(format!(
+                "--only: '{p}' is not a part of tunnel ({})",
+                parts.join(", ")
+            ));
+        }
+    }
+    let on = |p: &str| args.only.as_deref().is_none_or(|o| o == p);
+    let cells = if on("sweep") {
+        bers.len() * fast_configs.len()
+    } else {
+        0
+    } + if on("t1") { t1_configs.len() } else { 0 }
+        + if on("fetch") { 3 } else { 0 }
+        + if on("overhead") { 3 } else { 0 }
+        + if on("outage") { 1 } else { 0 };
     let progress = Progress::new(cells, secs as f64 + 5.0, false);
     let mut next = 0;
     let mut rows = Vec::new();
-    bulk(
-        "100M/600ms",
-        "[both]\nrate = '100Mbit'\ndelay = '300ms'\n",
-        100e6,
-        bers,
-        fast_configs,
-        secs,
-        &progress,
-        &mut next,
-        &mut rows,
-    )?;
-    bulk(
-        "T1/570ms",
-        "[both]\nrate = '1.544Mbit'\ndelay = '285ms'\n",
-        1.544e6,
-        &[1e-5],
-        t1_configs,
-        t1_secs,
-        &progress,
-        &mut next,
-        &mut rows,
-    )?;
-    let fetch = fetch_times(reps, &progress, &mut next)?;
-    let overhead = overhead(50 << 20, &progress, &mut next)?;
-    let out = outage(n, size, outage_s, &progress, next)?;
+    if on("sweep") {
+        bulk(
+            "100M/600ms",
+            "[both]\nrate = '100Mbit'\ndelay = '300ms'\n",
+            100e6,
+            bers,
+            fast_configs,
+            secs,
+            &progress,
+            &mut next,
+            &mut rows,
+        )?;
+    }
+    if on("t1") {
+        bulk(
+            "T1/570ms",
+            "[both]\nrate = '1.544Mbit'\ndelay = '285ms'\n",
+            1.544e6,
+            &[1e-5],
+            t1_configs,
+            t1_secs,
+            &progress,
+            &mut next,
+            &mut rows,
+        )?;
+    }
+    let fetch = if on("fetch") {
+        fetch_times(reps, &progress, &mut next)?
+    } else {
+        Vec::new()
+    };
+    let overhead = if on("overhead") {
+        overhead(50 << 20, &progress, &mut next)?
+    } else {
+        Vec::new()
+    };
+    let out = if on("outage") {
+        Some(outage(n, size, outage_s, &progress, next)?)
+    } else {
+        None
+    };
     let report = TunnelReport {
         bulk: rows,
         fetch,
-        outage: Some(out),
+        outage: out,
         overhead,
     };
     if args.json {
@@ -473,6 +512,30 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
 }
 
 fn print_report(r: &TunnelReport, bers: &[f64], secs: u32, t1_secs: u32) {
+    if r.bulk.iter().any(|x| x.link == "100M/600ms") {
+        print_sweep(r, bers, secs);
+    }
+    if !r.overhead.is_empty() {
+        print_overhead(r);
+    }
+    if r.bulk.iter().any(|x| x.link == "T1/570ms") {
+        print_t1(r, t1_secs);
+    }
+    if !r.fetch.is_empty() {
+        print_fetch(r);
+    }
+    if let Some(o) = &r.outage {
+        println!(
+            "\nOutage: {} downloads over geo through the tunnel, link down {} s from 5 s: {}/{} complete with matching SHA-256, last at {:.1} s ({} frames dropped by the outage).",
+            o.transfers, o.outage_s, o.intact, o.transfers, o.last_done_s, o.dropped_outage
+        );
+        if !o.failures.is_empty() {
+            println!("curl exit codes of the failed downloads: {:?}", o.failures);
+        }
+    }
+}
+
+fn print_sweep(r: &TunnelReport, bers: &[f64], secs: u32) {
     println!("\nsatpep tunnel: 100 Mbit/s each way, RTT 600 ms, {secs} s bulk downloads; % of the physical limit (whole transfer / from 10 s on)\n");
     let mut head = format!("| {:<10} | {:<15} |", "mode", "cc");
     let mut rule = format!("|{:-<12}|{:-<17}|", "", "");
@@ -508,6 +571,9 @@ fn print_report(r: &TunnelReport, bers: &[f64], secs: u32, t1_secs: u32) {
     println!(
         "data held back earlier (a queue, or bytes waiting behind a repaired loss) arrives then."
     );
+}
+
+fn print_overhead(r: &TunnelReport) {
     println!("\nLink bytes delivered (whole frames) per payload byte, one download of 50 MiB over the same link at BER 0:\n");
     println!(
         "| {:<10} | {:>9} | {:>9} | {:>9} |",
@@ -523,6 +589,9 @@ fn print_report(r: &TunnelReport, bers: &[f64], secs: u32, t1_secs: u32) {
             o.forward_per_byte + o.return_per_byte
         );
     }
+}
+
+fn print_t1(r: &TunnelReport, t1_secs: u32) {
     println!("\nT1 (1.544 Mbit/s), 285 ms one way, BER 1e-5, {t1_secs} s (Lawson 2006: SCPS-TP 150.7 kbit/s, ~10 %):\n");
     println!(
         "| {:<10} | {:<15} | {:>12} | {:>11} |",
@@ -538,6 +607,9 @@ fn print_report(r: &TunnelReport, bers: &[f64], secs: u32, t1_secs: u32) {
             x.utilization * 100.0
         );
     }
+}
+
+fn print_fetch(r: &TunnelReport) {
     println!("\n100 KB fetch on a new connection over geo (time to last byte, median of the repetitions):\n");
     println!(
         "| {:<10} | {:>9} | {:>12} | {:>9} |",
@@ -554,10 +626,4 @@ fn print_report(r: &TunnelReport, bers: &[f64], secs: u32, t1_secs: u32) {
         );
     }
     println!("physical: one RTT plus the file's serialization at the forward rate.");
-    if let Some(o) = &r.outage {
-        println!(
-            "\nOutage: {} downloads over geo through the tunnel, link down {} s from 5 s: {}/{} complete with matching SHA-256, last at {:.1} s ({} frames dropped by the outage).",
-            o.transfers, o.outage_s, o.intact, o.transfers, o.last_done_s, o.dropped_outage
-        );
-    }
 }
