@@ -232,7 +232,7 @@ pub async fn run(
         h.stop();
     }
     if let Some(t) = &terminal {
-        t.close();
+        t.close().await;
     }
     netfilter::cleanup(cfg.mark, cfg.table);
     if let Some(c) = control {

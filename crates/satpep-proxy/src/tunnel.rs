@@ -229,9 +229,11 @@ impl Terminal {
         }
     }
 
-    /// Closes the connection: the gateway resets the flows still open.
-    pub fn close(&self) {
+    /// Closes the connection, and waits (at most 1 s) until the gateway was told: it then
+    /// resets the flows still open instead of waiting out an outage.
+    pub async fn close(&self) {
         self.endpoint.close(CODE_SHUTDOWN, b"terminal stopping");
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
     }
 }
 
@@ -424,8 +426,10 @@ pub async fn run_gateway(
             }
         }
     }
-    // Flows still open are reset at the terminal: the connection closes under them.
+    // Flows still open are reset at the terminal: the connection closes under them. The
+    // close must leave before the process does, or the terminal would wait out an outage.
     ep.close(CODE_SHUTDOWN, b"gateway stopping");
+    let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
     Ok(())
 }
 

@@ -59,7 +59,8 @@ impl Reorder {
         self.held_bytes
     }
 
-    /// Takes a piece at `offset`. Parts already delivered are dropped.
+    /// Takes a piece at `offset`. Parts already delivered or already held are dropped, so
+    /// the bytes held are distinct and never exceed the span they cover.
     pub fn insert(&mut self, offset: u64, mut b: Bytes) -> Result<(), Overflow> {
         let end = offset + b.len() as u64;
         if end <= self.next {
@@ -71,19 +72,29 @@ impl Reorder {
         } else {
             offset
         };
-        if b.is_empty() {
-            return Ok(());
+        // The part of [offset, end) not covered by held pieces, as gaps between them.
+        let mut cur = offset;
+        if let Some((&po, pb)) = self.held.range(..=offset).next_back() {
+            cur = cur.max(po + pb.len() as u64);
         }
-        // A piece at an offset already held keeps the longer one (pieces from quinn do not
-        // overlap; this only guards the count).
-        if let Some(old) = self.held.get(&offset) {
-            if old.len() >= b.len() {
-                return Ok(());
+        let mut gaps = Vec::new();
+        for (&ko, kb) in self.held.range(offset..end) {
+            if ko > cur {
+                gaps.push((cur, ko));
             }
-            self.held_bytes -= old.len();
+            cur = cur.max(ko + kb.len() as u64);
+            if cur >= end {
+                break;
+            }
         }
-        self.held_bytes += b.len();
-        self.held.insert(offset, b);
+        if cur < end {
+            gaps.push((cur, end));
+        }
+        for (a, z) in gaps {
+            let piece = b.slice((a - offset) as usize..(z - offset) as usize);
+            self.held_bytes += piece.len();
+            self.held.insert(a, piece);
+        }
         if self.held_bytes > self.limit {
             return Err(Overflow {
                 held: self.held_bytes,
@@ -216,9 +227,12 @@ mod tests {
         r.insert(2, b("cdef")).unwrap();
         r.insert(8, b("ij")).unwrap();
         r.insert(8, b("i")).unwrap();
+        assert_eq!(r.held(), 4, "held bytes are distinct: ef and ij");
         assert_eq!(drain(&mut r), "ef");
-        r.insert(6, b("ghi")).unwrap();
-        assert_eq!(drain(&mut r), "ghij");
+        // Overlapping the held "ij" on both sides: only the gaps are kept.
+        r.insert(6, b("ghijkl")).unwrap();
+        assert_eq!(r.held(), 6);
+        assert_eq!(drain(&mut r), "ghijkl");
     }
 
     #[test]

@@ -489,3 +489,80 @@ fn keygen_refuses_bad_names_and_overwrites_only_with_force() {
     assert!(err.contains("tunnel.ca: cannot read"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn after_a_gateway_restart_new_flows_reconnect() {
+    // Known gap (docs/tunnel.md): stopped under load, the gateway's close does not reach the
+    // terminal, which then waits out the outage tolerance. Stopped idle, it does; that is
+    // what this tests, with the reconnect.
+    let mut lab = tunnel_lab("trst", "[both]\nrate='20Mbit'\ndelay='50ms'\n", None);
+    let dir = format!("/run/satpep/lab/{}", lab.name);
+    let listener = listen(&lab, "0.0.0.0:9150");
+    let server = std::thread::spawn(move || {
+        for greeting in [&b"before"[..], &b"after restart"[..]] {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(greeting).unwrap();
+        }
+    });
+    let get = |lab: &Lab| {
+        in_netns(&lab.ns(Host::Client), || {
+            let mut s = TcpStream::connect("198.18.3.2:9150").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut b = Vec::new();
+            s.read_to_end(&mut b).map(|_| b).map_err(|e| e.kind())
+        })
+        .join()
+        .unwrap()
+    };
+    assert_eq!(get(&lab).as_deref(), Ok(&b"before"[..]));
+    // The gateway started first, so it is the first recorded proxy.
+    let gw_pid = lab.state().proxy_pids[0];
+    unsafe { libc::kill(gw_pid as i32, libc::SIGTERM) };
+    let t = Instant::now();
+    while !log(&lab, "terminal").contains("tunnel closed") {
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "the terminal was not told: {}",
+            log(&lab, "terminal")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The old gateway may still hold the UDP port while it exits: retry until it is free.
+    let t = Instant::now();
+    let mut gw = loop {
+        let mut c = lab
+            .command(Host::Gateway, bin())
+            .args(["proxy", "--config", &format!("{dir}/proxy-gateway.toml")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(format!("{dir}/gw2.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let up = loop {
+            let l = std::fs::read_to_string(format!("{dir}/gw2.log")).unwrap_or_default();
+            if l.contains("tunnel gateway listening") {
+                break true;
+            }
+            if c.try_wait().unwrap().is_some() {
+                assert!(l.contains("Address already in use"), "gateway failed: {l}");
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if up {
+            break c;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "port 7701 never freed"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let after = get(&lab);
+    unsafe { libc::kill(gw.id() as i32, libc::SIGTERM) };
+    let _ = gw.wait();
+    server.join().unwrap();
+    assert_eq!(after.as_deref(), Ok(&b"after restart"[..]));
+    let term = log(&lab, "terminal");
+    assert_eq!(term.matches("tunnel up").count(), 2, "{term}");
+    lab.stop_proxies();
+}
