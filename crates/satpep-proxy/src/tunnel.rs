@@ -61,7 +61,8 @@ pub fn endpoint(t: &TunnelConfig) -> Result<quinn::Endpoint, String> {
             Some(transport::client_config(creds.client_tls()?, &t.hop)?),
         ),
     };
-    transport::endpoint(sock, server, client).map_err(|e| format!("tunnel: {e}"))
+    transport::endpoint(sock, server, client, creds.reset_secret())
+        .map_err(|e| format!("tunnel: {e}"))
 }
 
 /// The terminal's end: one connection to the gateway, made on first use and again whenever

@@ -175,6 +175,20 @@ impl Credentials {
         })
     }
 
+    /// A secret derived from this satpep's private key, stable across restarts: the key of
+    /// QUIC's stateless resets. A gateway that restarted (or crashed and came back) answers
+    /// packets of a connection it no longer knows with a reset the terminal can verify, so the
+    /// terminal drops the dead connection at once instead of waiting out an outage.
+    pub fn reset_secret(&self) -> [u8; 32] {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(b"satpep stateless reset v1");
+        ctx.update(self.key.secret_der());
+        ctx.finish()
+            .as_ref()
+            .try_into()
+            .expect("SHA-256 is 32 bytes")
+    }
+
     fn provider() -> Arc<rustls::crypto::CryptoProvider> {
         Arc::new(rustls::crypto::ring::default_provider())
     }

@@ -151,18 +151,23 @@ fn setopt(fd: i32, opt: i32, v: i32) -> std::io::Result<()> {
 }
 
 /// A QUIC endpoint on `socket`: a server (gateway) when `server` is given, and able to
-/// connect out (terminal) with `client`.
+/// connect out (terminal) with `client`. `reset_secret` keys stateless resets (see
+/// [`crate::keys::Credentials::reset_secret`]).
 pub fn endpoint(
     socket: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
     client: Option<quinn::ClientConfig>,
+    reset_secret: [u8; 32],
 ) -> std::io::Result<quinn::Endpoint> {
-    let mut e = quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        server,
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )?;
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &reset_secret);
+    let mut cfg = quinn::EndpointConfig::new(Arc::new(key));
+    // Connection IDs carry a keyed check, and an endpoint drops (without a reset) packets
+    // whose ID fails it: the key must also survive a restart for the reset to be sent.
+    let cid_key = u64::from_le_bytes(reset_secret[24..].try_into().expect("8 bytes"));
+    cfg.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    let mut e = quinn::Endpoint::new(cfg, server, socket, Arc::new(quinn::TokioRuntime))?;
     if let Some(c) = client {
         e.set_default_client_config(c);
     }

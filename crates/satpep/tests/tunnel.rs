@@ -566,3 +566,63 @@ fn after_a_gateway_restart_new_flows_reconnect() {
     assert_eq!(term.matches("tunnel up").count(), 2, "{term}");
     lab.stop_proxies();
 }
+
+#[test]
+fn a_crashed_and_restarted_gateway_resets_live_flows_at_once() {
+    let mut lab = tunnel_lab("tcrs", "[both]\nrate='20Mbit'\ndelay='50ms'\n", None);
+    let dir = format!("/run/satpep/lab/{}", lab.name);
+    let listener = listen(&lab, "0.0.0.0:9160");
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let chunk = pattern(1 << 20, 5);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(40) && s.write_all(&chunk).is_ok() {}
+    });
+    let client = in_netns(&lab.ns(Host::Client), || {
+        let mut s = TcpStream::connect("198.18.3.2:9160").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut n = 0u64;
+        let mut buf = vec![0u8; 1 << 16];
+        let end = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break Ok(()),
+                Ok(k) => n += k as u64,
+                Err(e) => break Err(e.kind()),
+            }
+        };
+        (n, end, Instant::now())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    // A crash: no close reaches the terminal.
+    let gw_pid = lab.state().proxy_pids[0];
+    unsafe { libc::kill(gw_pid as i32, libc::SIGKILL) };
+    // The restarted gateway removes what the crashed one left installed, by itself.
+    std::thread::sleep(Duration::from_secs(1));
+    let restarted = Instant::now();
+    let mut gw = lab
+        .command(Host::Gateway, bin())
+        .args(["proxy", "--config", &format!("{dir}/proxy-gateway.toml")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(format!("{dir}/gw3.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let (n, end, at) = client.join().unwrap();
+    unsafe { libc::kill(gw.id() as i32, libc::SIGTERM) };
+    let _ = gw.wait();
+    assert!(n > 1 << 20, "the download was running: {n} bytes");
+    assert_eq!(
+        end,
+        Err(ErrorKind::ConnectionReset),
+        "a flow whose gateway crashed is reset, never ended cleanly"
+    );
+    // The restarted gateway's stateless reset ends the dead tunnel at once, not after the
+    // 65 s outage tolerance.
+    let waited = at.saturating_duration_since(restarted);
+    assert!(
+        waited < Duration::from_secs(5),
+        "reset {waited:?} after the restart"
+    );
+    let term = log(&lab, "terminal");
+    assert!(term.contains("tunnel closed"), "{term}");
+    lab.stop_proxies();
+}
