@@ -413,7 +413,8 @@ pub fn install(cfg: &ProxyConfig) -> Result<(), String> {
     let result = steps
         .iter()
         .try_for_each(|(p, a)| run(p, a, None).map(|_| ()))
-        .and_then(|_| run("nft", &["-f", "-"], Some(&ruleset(cfg))).map(|_| ()))
+        // The queue rule before the ruleset that marks SYNs for it: the other way round, a SYN
+        // marked in between is not held, and its client is answered the fast way.
         .and_then(|_| {
             if cfg.strict {
                 install_hold(cfg)
@@ -421,6 +422,7 @@ pub fn install(cfg: &ProxyConfig) -> Result<(), String> {
                 Ok(())
             }
         })
+        .and_then(|_| run("nft", &["-f", "-"], Some(&ruleset(cfg))).map(|_| ()))
         .and_then(|_| {
             let legs: Vec<_> = [&cfg.satellite, &cfg.terrestrial]
                 .iter()
