@@ -120,15 +120,7 @@ pub async fn run(
     })?;
     let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
     let registry = Arc::new(Registry::default());
-    let control = match cfg.metrics {
-        Some(addr) => {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("proxy.metrics: cannot listen on {addr}: {e}"))?;
-            Some(tokio::spawn(crate::control::serve(l, registry.clone())))
-        }
-        None => None,
-    };
+    let control = start_control(&cfg, &registry).await?;
     // The queue is read before the rules that fill it exist.
     let holder = if cfg.strict {
         Some(crate::hold::start(
@@ -244,6 +236,23 @@ pub async fn run(
     Ok(registry)
 }
 
+/// Serves `/metrics` and `/connections` on `proxy.metrics`, if set.
+async fn start_control(
+    cfg: &ProxyConfig,
+    registry: &Arc<Registry>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
+    let Some(addr) = cfg.metrics else {
+        return Ok(None);
+    };
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("proxy.metrics: cannot listen on {addr}: {e}"))?;
+    Ok(Some(tokio::spawn(crate::control::serve(
+        l,
+        registry.clone(),
+    ))))
+}
+
 /// How often the memory in use is sampled.
 const MEMORY_SAMPLE: Duration = Duration::from_millis(200);
 
@@ -323,6 +332,31 @@ impl Admission {
     }
 }
 
+/// What every accepted client goes through, split or tunnelled: counted, addressed (with
+/// TPROXY the accepted socket's local address is the server the client asked for), its leg
+/// tuned, and the upstream made while its SYN was held (strict mode) taken. `None` if the
+/// socket is already gone.
+fn accept_client(
+    client: &tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    reg: &Registry,
+    down_leg: &crate::config::Leg,
+    holder: Option<Arc<crate::hold::Holder>>,
+) -> Option<(
+    std::net::SocketAddr,
+    std::net::SocketAddr,
+    Option<crate::hold::Ready>,
+)> {
+    reg.counters.total.fetch_add(1, Relaxed);
+    let src = canonical(peer);
+    let dst = canonical(client.local_addr().ok()?);
+    if let Err(e) = tune(SockRef::from(client), down_leg) {
+        warn!(%src, %dst, error = %e, "tuning the client leg failed");
+    }
+    let held = holder.and_then(|h| h.take(&(src, dst)));
+    Some((src, dst, held))
+}
+
 async fn handle(
     client: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
@@ -333,21 +367,13 @@ async fn handle(
     holder: Option<Arc<crate::hold::Holder>>,
 ) {
     let c = &reg.counters;
-    c.total.fetch_add(1, Relaxed);
-    let src = canonical(peer);
-    // With TPROXY the accepted socket's local address is the server the client asked for.
-    let dst = match client.local_addr() {
-        Ok(a) => canonical(a),
-        Err(_) => return,
+    let Some((src, dst, held)) = accept_client(&client, peer, &reg, &down_leg, holder) else {
+        return;
     };
-    if let Err(e) = tune(SockRef::from(&client), &down_leg) {
-        warn!(%src, %dst, error = %e, "tuning the downstream leg failed");
-    }
-    // In strict mode the server has usually answered already, while the client's SYN was held.
-    let ready = holder.and_then(|h| match h.take(&(src, dst)) {
+    let ready = match held {
         Some(crate::hold::Ready::Tcp(s)) => Some(s),
         _ => None,
-    });
+    };
     // With Fast Open, the client's first bytes ride in the server's SYN. They usually follow
     // the handshake's last ACK at once; a client that waits for the server to speak first
     // costs FASTOPEN_WAIT.
@@ -434,15 +460,7 @@ async fn gateway(
     // Credentials and the UDP port first: nothing is installed for a gateway that cannot run.
     let ep = crate::tunnel::endpoint(&t)?;
     let registry = Arc::new(Registry::default());
-    let control = match cfg.metrics {
-        Some(addr) => {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("proxy.metrics: cannot listen on {addr}: {e}"))?;
-            Some(tokio::spawn(crate::control::serve(l, registry.clone())))
-        }
-        None => None,
-    };
+    let control = start_control(&cfg, &registry).await?;
     // Flows are held at the terminal; the gateway intercepts nothing to hold.
     cfg.strict = false;
     netfilter::install(&cfg)?;
@@ -478,19 +496,13 @@ async fn handle_tunnel(
     holder: Option<Arc<crate::hold::Holder>>,
 ) {
     let c = &reg.counters;
-    c.total.fetch_add(1, Relaxed);
-    let src = canonical(peer);
-    let dst = match client.local_addr() {
-        Ok(a) => canonical(a),
-        Err(_) => return,
+    let Some((src, dst, held)) = accept_client(&client, peer, &reg, &down_leg, holder) else {
+        return;
     };
-    if let Err(e) = tune(SockRef::from(&client), &down_leg) {
-        warn!(%src, %dst, error = %e, "tuning the client leg failed");
-    }
-    let ready = holder.and_then(|h| match h.take(&(src, dst)) {
+    let ready = match held {
         Some(crate::hold::Ready::Flow(f)) => Some(f),
         _ => None,
-    });
+    };
     let flow = match ready {
         Some(f) => f,
         None => {

@@ -9,7 +9,7 @@ use satpep_lab::topology::Pep;
 use satpep_lab::{Host, Lab};
 use sha2::{Digest, Sha256};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 fn split_lab(tag: &str, link: &str) -> Lab {
@@ -28,12 +28,6 @@ fn split_lab_with(tag: &str, link: &str, max_connections: Option<u32>) -> Lab {
     )
 }
 
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[0] ^ seed)
-        .collect()
-}
-
 #[test]
 fn server_sees_the_client_and_bytes_arrive_intact_both_ways_with_half_close() {
     let lab = split_lab("pint", "[both]\nrate='1Gbit'\ndelay='2ms'\n");
@@ -48,25 +42,6 @@ fn server_sees_the_client_and_bytes_arrive_intact_both_ways_with_half_close() {
         .unwrap();
         let reply = pattern(8 << 20, 7);
         let reply_hash = Sha256::digest(&reply);
-        let server = std::thread::spawn(move || {
-            let (mut s, peer) = listener.accept().unwrap();
-            // Read until the client's FIN, hashing, then answer over the still-open half.
-            let mut h = Sha256::new();
-            let mut buf = vec![0u8; 1 << 16];
-            let mut n = 0usize;
-            loop {
-                let k = s.read(&mut buf).unwrap();
-                if k == 0 {
-                    break;
-                }
-                h.update(&buf[..k]);
-                n += k;
-            }
-            s.write_all(&h.finalize()).unwrap();
-            s.write_all(&reply).unwrap();
-            s.shutdown(Shutdown::Write).unwrap();
-            (peer.ip().to_canonical().to_string(), n)
-        });
         let data = pattern(64 << 20, 3);
         let sent_hash = Sha256::digest(&data);
         let addr = format!(
@@ -77,16 +52,7 @@ fn server_sees_the_client_and_bytes_arrive_intact_both_ways_with_half_close() {
                 server_ip.into()
             }
         );
-        let client = in_netns(&lab.ns(Host::Client), move || {
-            let mut s = TcpStream::connect(&addr).unwrap();
-            s.write_all(&data).unwrap();
-            s.shutdown(Shutdown::Write).unwrap();
-            let mut back = Vec::new();
-            s.read_to_end(&mut back).unwrap();
-            back
-        });
-        let back = client.join().unwrap();
-        let (seen_peer, n) = server.join().unwrap();
+        let (seen_peer, n, back) = hashed_exchange(&lab, listener, addr, data, reply);
         assert_eq!(
             seen_peer, client_ip,
             "the server must see the client's own address"

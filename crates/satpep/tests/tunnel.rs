@@ -10,7 +10,7 @@ use satpep_lab::topology::Pep;
 use satpep_lab::{Host, Lab};
 use sha2::{Digest, Sha256};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 fn tunnel_lab(tag: &str, link: &str, handshake: Option<&str>) -> Lab {
@@ -25,15 +25,19 @@ fn tunnel_lab(tag: &str, link: &str, handshake: Option<&str>) -> Lab {
     )
 }
 
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[0] ^ seed)
-        .collect()
-}
-
 fn log(lab: &Lab, host: &str) -> String {
     std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-{host}.log", lab.name))
         .unwrap_or_default()
+}
+
+/// Starts `satpep proxy --config CONFIG` in `host`, logging to `log`.
+fn proxy_in(lab: &Lab, host: Host, config: &str, log: &str) -> std::process::Child {
+    lab.command(host, bin())
+        .args(["proxy", "--config", config])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
 }
 
 fn listen(lab: &Lab, addr: &'static str) -> TcpListener {
@@ -72,25 +76,6 @@ fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
         );
         let reply = pattern(8 << 20, 7);
         let reply_hash = Sha256::digest(&reply);
-        let server = std::thread::spawn(move || {
-            let (mut s, peer) = listener.accept().unwrap();
-            let mut h = Sha256::new();
-            let mut buf = vec![0u8; 1 << 16];
-            let mut n = 0usize;
-            loop {
-                let k = s.read(&mut buf).unwrap();
-                if k == 0 {
-                    break;
-                }
-                h.update(&buf[..k]);
-                n += k;
-            }
-            // The client's FIN arrived; answer over the half that is still open.
-            s.write_all(&h.finalize()).unwrap();
-            s.write_all(&reply).unwrap();
-            s.shutdown(Shutdown::Write).unwrap();
-            (peer.ip().to_canonical().to_string(), n)
-        });
         let mut data = marker.clone();
         data.extend(pattern(32 << 20, 3));
         let sent_len = data.len();
@@ -100,16 +85,7 @@ fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
         } else {
             format!("{server_ip}:{port}")
         };
-        let client = in_netns(&lab.ns(Host::Client), move || {
-            let mut s = TcpStream::connect(&addr).unwrap();
-            s.write_all(&data).unwrap();
-            s.shutdown(Shutdown::Write).unwrap();
-            let mut back = Vec::new();
-            s.read_to_end(&mut back).unwrap();
-            back
-        });
-        let back = client.join().unwrap();
-        let (seen_peer, n) = server.join().unwrap();
+        let (seen_peer, n, back) = hashed_exchange(&lab, listener, addr, data, reply);
         assert_eq!(
             seen_peer, client_ip,
             "the server must see the client's address"
@@ -255,13 +231,12 @@ fn a_peer_with_wrong_credentials_is_refused_and_logged() {
     );
     let terminal_cfg = std::fs::read_to_string(format!("{dir}/proxy-terminal.toml")).unwrap();
     lab.stop_proxies();
-    let gw = lab
-        .command(Host::Gateway, bin())
-        .args(["proxy", "--config", &format!("{dir}/proxy-gateway.toml")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(format!("{dir}/gw2.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let gw = proxy_in(
+        &lab,
+        Host::Gateway,
+        &format!("{dir}/proxy-gateway.toml"),
+        &format!("{dir}/gw2.log"),
+    );
     let bad = terminal_cfg
         .replace(
             &format!("{dir}/keys/terminal."),
@@ -269,13 +244,12 @@ fn a_peer_with_wrong_credentials_is_refused_and_logged() {
         )
         .replace(&format!("{dir}/keys/ca.pem"), &format!("{foreign}/ca.pem"));
     std::fs::write(format!("{dir}/bad.toml"), bad).unwrap();
-    let term = lab
-        .command(Host::Terminal, bin())
-        .args(["proxy", "--config", &format!("{dir}/bad.toml")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(format!("{dir}/term2.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let term = proxy_in(
+        &lab,
+        Host::Terminal,
+        &format!("{dir}/bad.toml"),
+        &format!("{dir}/term2.log"),
+    );
     std::thread::sleep(Duration::from_secs(2));
     let listener = listen(&lab, "0.0.0.0:9120");
     listener.set_nonblocking(true).unwrap();
@@ -530,13 +504,12 @@ fn after_a_gateway_restart_new_flows_reconnect() {
     // The old gateway may still hold the UDP port while it exits: retry until it is free.
     let t = Instant::now();
     let mut gw = loop {
-        let mut c = lab
-            .command(Host::Gateway, bin())
-            .args(["proxy", "--config", &format!("{dir}/proxy-gateway.toml")])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(format!("{dir}/gw2.log")).unwrap())
-            .spawn()
-            .unwrap();
+        let mut c = proxy_in(
+            &lab,
+            Host::Gateway,
+            &format!("{dir}/proxy-gateway.toml"),
+            &format!("{dir}/gw2.log"),
+        );
         let up = loop {
             let l = std::fs::read_to_string(format!("{dir}/gw2.log")).unwrap_or_default();
             if l.contains("tunnel gateway listening") {
@@ -599,13 +572,12 @@ fn a_crashed_and_restarted_gateway_resets_live_flows_at_once() {
     // The restarted gateway removes what the crashed one left installed, by itself.
     std::thread::sleep(Duration::from_secs(1));
     let restarted = Instant::now();
-    let mut gw = lab
-        .command(Host::Gateway, bin())
-        .args(["proxy", "--config", &format!("{dir}/proxy-gateway.toml")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(format!("{dir}/gw3.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut gw = proxy_in(
+        &lab,
+        Host::Gateway,
+        &format!("{dir}/proxy-gateway.toml"),
+        &format!("{dir}/gw3.log"),
+    );
     let (n, end, at) = client.join().unwrap();
     unsafe { libc::kill(gw.id() as i32, libc::SIGTERM) };
     let _ = gw.wait();

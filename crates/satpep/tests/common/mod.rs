@@ -100,3 +100,56 @@ pub fn in_netns<T: Send + 'static>(
         f()
     })
 }
+
+/// `n` bytes of a pattern that differs with `seed`.
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[0] ^ seed)
+        .collect()
+}
+
+/// One connection from the client host to `addr`, answered on `listener` (bound in the
+/// server host): the client sends `data` and half-closes; the server reads to the FIN,
+/// hashing, then sends the SHA-256 of what it got followed by `reply` over the half still
+/// open, and half-closes. Returns the client address the server saw (canonical), the bytes
+/// it got, and everything the client got back.
+pub fn hashed_exchange(
+    lab: &satpep_lab::Lab,
+    listener: std::net::TcpListener,
+    addr: String,
+    data: Vec<u8>,
+    reply: Vec<u8>,
+) -> (String, usize, Vec<u8>) {
+    use sha2::{Digest, Sha256};
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpStream};
+    let server = std::thread::spawn(move || {
+        let (mut s, peer) = listener.accept().unwrap();
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0usize;
+        loop {
+            let k = s.read(&mut buf).unwrap();
+            if k == 0 {
+                break;
+            }
+            h.update(&buf[..k]);
+            n += k;
+        }
+        s.write_all(&h.finalize()).unwrap();
+        s.write_all(&reply).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        (peer.ip().to_canonical().to_string(), n)
+    });
+    let client = in_netns(&lab.ns(satpep_lab::Host::Client), move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(&data).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut back = Vec::new();
+        s.read_to_end(&mut back).unwrap();
+        back
+    });
+    let back = client.join().unwrap();
+    let (peer, n) = server.join().unwrap();
+    (peer, n, back)
+}
