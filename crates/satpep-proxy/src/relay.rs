@@ -56,7 +56,7 @@ pub struct Relayed {
 
 /// Copies one direction through a user-space buffer; returns how it ended and the bytes
 /// written.
-async fn copy<R, W>(mut r: R, mut w: W, buf_len: usize, live: &AtomicU64) -> (End, u64)
+pub(crate) async fn copy<R, W>(mut r: R, mut w: W, buf_len: usize, live: &AtomicU64) -> (End, u64)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,

@@ -505,23 +505,21 @@ async fn handle_tunnel(
     };
     let flow = match ready {
         Some(f) => f,
-        None => {
-            match tokio::time::timeout(CONNECT_TIMEOUT, term.open(src, dst, false, &[])).await {
-                Ok(Ok(f)) => f,
-                Ok(Err(e)) => {
-                    c.failed.fetch_add(1, Relaxed);
-                    info!(%src, %dst, error = %e, "tunnel unavailable; resetting client");
-                    reset_on_close(SockRef::from(&client));
-                    return;
-                }
-                Err(_) => {
-                    c.failed.fetch_add(1, Relaxed);
-                    info!(%src, %dst, "tunnel did not open in time; resetting client");
-                    reset_on_close(SockRef::from(&client));
-                    return;
-                }
+        None => match tokio::time::timeout(CONNECT_TIMEOUT, term.open(src, dst, false)).await {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => {
+                c.failed.fetch_add(1, Relaxed);
+                info!(%src, %dst, error = %e, "tunnel unavailable; resetting client");
+                reset_on_close(SockRef::from(&client));
+                return;
             }
-        }
+            Err(_) => {
+                c.failed.fetch_add(1, Relaxed);
+                info!(%src, %dst, "tunnel did not open in time; resetting client");
+                reset_on_close(SockRef::from(&client));
+                return;
+            }
+        },
     };
     let dup = {
         use std::os::fd::AsFd;

@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info, warn};
 
@@ -49,7 +49,7 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(2);
 /// Builds the QUIC endpoint of this end from `t` (credentials loaded, UDP socket bound).
 pub fn endpoint(t: &TunnelConfig) -> Result<quinn::Endpoint, String> {
     let creds = Credentials::load(&t.ca, &t.cert, &t.key)?;
-    let sock = transport::udp_socket(t.listen, t.hop.socket_buffer())
+    let sock = crate::sockets::udp_socket(t.listen, t.hop.socket_buffer())
         .map_err(|e| format!("tunnel.listen: cannot bind UDP {}: {e}", t.listen))?;
     let (server, client) = match t.role {
         crate::config::Role::Gateway => (
@@ -72,8 +72,6 @@ pub struct Terminal {
     peer: SocketAddr,
     peer_name: String,
     conn: tokio::sync::Mutex<Option<quinn::Connection>>,
-    /// Connections made to the gateway (1 unless it was lost or restarted).
-    pub connects: AtomicU64,
     reorder_limit: usize,
     /// The last failed attempt to reach the gateway, and why: flows arriving soon after it
     /// fail at once instead of queueing behind one handshake timeout each.
@@ -124,7 +122,6 @@ impl Terminal {
             peer: t.peer.expect("resolved config has the terminal's peer"),
             peer_name: t.peer_name.clone(),
             conn: tokio::sync::Mutex::new(None),
-            connects: AtomicU64::new(0),
             reorder_limit: t.hop.reorder_limit(),
             failed: std::sync::Mutex::new(None),
         }))
@@ -180,7 +177,6 @@ impl Terminal {
                 return Err(e);
             }
         };
-        self.connects.fetch_add(1, Relaxed);
         info!(gateway = %self.peer, name = %self.peer_name, "tunnel up");
         tokio::spawn(watch(c.clone()));
         *slot = Some(c.clone());
@@ -194,24 +190,23 @@ impl Terminal {
         }
     }
 
-    /// Opens a flow's stream and sends its header (and `first` bytes).
+    /// Opens a flow's stream and sends its header. The client's bytes follow through the
+    /// relay at once, without waiting for the gateway's answer.
     pub async fn open(
         &self,
         client: SocketAddr,
         server: SocketAddr,
         strict: bool,
-        first: &[u8],
     ) -> io::Result<Flow> {
         let c = self.connection().await.map_err(io::Error::other)?;
         let (send, recv) = c.open_bi().await.map_err(io::Error::other)?;
         let mut f = Flow::new(send, recv, self.reorder_limit);
-        let mut head = FlowHeader {
+        let head = FlowHeader {
             client,
             server,
             strict,
         }
         .encode();
-        head.extend_from_slice(first);
         f.send.write_all(&head).await.map_err(io::Error::other)?;
         Ok(f)
     }
@@ -219,7 +214,7 @@ impl Terminal {
     /// Opens a flow and waits for the gateway's answer: connected, or an error whose kind
     /// says how the server failed (refused: `ConnectionRefused`; no answer: `TimedOut`).
     pub async fn open_strict(&self, client: SocketAddr, server: SocketAddr) -> io::Result<Flow> {
-        let mut f = self.open(client, server, true, &[]).await?;
+        let mut f = self.open(client, server, true).await?;
         match read_answer(&mut f.recv, &mut f.reader).await {
             Some(Answer::Connected) => {
                 f.answered = true;
@@ -307,27 +302,10 @@ async fn relay(
     await_answer: bool,
 ) -> FlowEnd {
     let mut tcp = tcp;
-    let (mut tr, mut tw) = tcp.split();
-    let up = async {
-        let mut buf = vec![0u8; CHUNK];
-        let mut n_total = 0u64;
-        loop {
-            let n = match tr.read(&mut buf).await {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(_) => return (End::ResetIn, n_total),
-            };
-            if send.write_all(&buf[..n]).await.is_err() {
-                return (End::ResetOut, n_total);
-            }
-            n_total += n as u64;
-            to_stream.fetch_add(n as u64, Relaxed);
-        }
-        match send.finish() {
-            Ok(()) => (End::Fin, n_total),
-            Err(_) => (End::ResetOut, n_total),
-        }
-    };
+    let (tr, mut tw) = tcp.split();
+    // quinn's SendStream is an AsyncWrite whose shutdown is `finish`: split mode's copy
+    // relays this direction with the same FIN and reset semantics.
+    let up = crate::relay::copy(tr, &mut *send, CHUNK, to_stream);
     let mut answer: Result<(), String> = Ok(());
     let answer_slot = &mut answer;
     let down = async {
@@ -456,14 +434,6 @@ fn log_stats(c: &quinn::Connection, closing: bool) {
     let (random, congestion) = (losses.random, losses.congestion);
     // Flow control stalls, either way: the window sizing is wrong if these grow.
     let blocked = s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked;
-    debug!(
-        data_blocked = s.frame_tx.data_blocked,
-        stream_data_blocked = s.frame_tx.stream_data_blocked,
-        max_data_rx = s.frame_rx.max_data,
-        max_stream_data_rx = s.frame_rx.max_stream_data,
-        max_data_tx = s.frame_tx.max_data,
-        "flow control"
-    );
     if closing {
         info!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, blocked, udp_tx, udp_rx, mtu, "tunnel closed");
     } else {
