@@ -155,6 +155,26 @@ pub fn fastopen_enabled() -> (bool, bool) {
     (v & 1 != 0, v & 2 != 0)
 }
 
+/// A UDP socket bound to `addr` (`[::]` takes IPv4 peers too) with send and receive buffers
+/// of `buffer` bytes, forced past the sysctl limits when running as root: the tunnel's.
+pub fn udp_socket(addr: SocketAddr, buffer: usize) -> io::Result<std::net::UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        let _ = s.set_only_v6(false);
+    }
+    let b = buffer.min(i32::MAX as usize) as i32;
+    let fd = s.as_raw_fd();
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        setopt_int(fd, libc::SOL_SOCKET, force, b)
+            .or_else(|_| setopt_int(fd, libc::SOL_SOCKET, plain, b))?;
+    }
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
 /// Maps `::ffff:a.b.c.d` to `a.b.c.d` (a dual-stack listener reports IPv4 peers that way).
 pub fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())

@@ -4,8 +4,6 @@
 //! the configured rate × RTT, and the idle timeout from how long an outage flows survive.
 
 use crate::congestion::{factory, Algorithm, HopInfo};
-use socket2::{Domain, Protocol, Socket, Type};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,47 +104,6 @@ impl Hop {
                 },
             ));
         t
-    }
-}
-
-/// A UDP socket bound to `addr` with buffers of `buffer` bytes (forced past the sysctl
-/// limits when running as root).
-pub fn udp_socket(addr: SocketAddr, buffer: usize) -> std::io::Result<std::net::UdpSocket> {
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if addr.is_ipv6() {
-        // [::] takes IPv4 peers too.
-        let _ = s.set_only_v6(false);
-    }
-    let b = buffer.min(i32::MAX as usize) as i32;
-    use std::os::fd::AsRawFd;
-    let fd = s.as_raw_fd();
-    for (force, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    ] {
-        if setopt(fd, force, b).is_err() {
-            setopt(fd, plain, b)?;
-        }
-    }
-    s.bind(&addr.into())?;
-    Ok(s.into())
-}
-
-fn setopt(fd: i32, opt: i32, v: i32) -> std::io::Result<()> {
-    // SAFETY: pointer to a live c_int with its size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            &v as *const i32 as *const libc::c_void,
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 
