@@ -105,23 +105,17 @@ impl Reorder {
 
     /// The next in-order bytes, if they have arrived.
     pub fn pop(&mut self) -> Option<Bytes> {
-        loop {
-            let (&off, _) = self.held.first_key_value()?;
-            if off > self.next {
-                return None;
-            }
-            let mut b = self.held.pop_first().expect("present").1;
-            self.held_bytes -= b.len();
-            let end = off + b.len() as u64;
-            if end <= self.next {
-                continue;
-            }
-            if off < self.next {
-                b = b.slice((self.next - off) as usize..);
-            }
-            self.next = end;
-            return Some(b);
+        // `insert` keeps held pieces disjoint and at or after `next`, so the first one either
+        // starts exactly at `next` or there is still a hole.
+        let (&off, _) = self.held.first_key_value()?;
+        debug_assert!(off >= self.next, "held piece below the delivered offset");
+        if off != self.next {
+            return None;
         }
+        let b = self.held.pop_first().expect("present").1;
+        self.held_bytes -= b.len();
+        self.next += b.len() as u64;
+        Some(b)
     }
 
     /// True when nothing waits behind a hole.
