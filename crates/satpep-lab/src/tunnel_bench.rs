@@ -7,7 +7,7 @@
 //! 4. an outage in the middle of 20 downloads: every one completes, checksums match.
 
 use crate::demo::{fmt_ber, tcp_limit_bps, RunArgs};
-use crate::http::{finish_fetch, spawn_fetch, HttpServer};
+use crate::http::{fetch, finish_fetch, spawn_fetch, HttpServer};
 use crate::iperf::tcp_download;
 use crate::progress::Progress;
 use crate::topology::{ensure_cc, state_dir, Host, Lab, Pep, UpOptions};
@@ -225,15 +225,9 @@ fn fetch_times(
         let what = format!("geo 100 KB fetch {:<10}", cfg.mode);
         let mut times = Vec::new();
         // A first fetch warms what a real path has warm (ARP, the tunnel's connection).
-        let _ = finish_fetch(
-            spawn_fetch(&lab, Host::Client, "http://198.18.3.2/100k.bin", None, 30),
-            None,
-        );
+        let _ = fetch(&lab, Host::Client, "http://198.18.3.2/100k.bin", 30);
         for k in 0..reps {
-            let f = finish_fetch(
-                spawn_fetch(&lab, Host::Client, "http://198.18.3.2/100k.bin", None, 30),
-                None,
-            );
+            let f = fetch(&lab, Host::Client, "http://198.18.3.2/100k.bin", 30);
             if f.exit != 0 || f.bytes != 100_000 {
                 return Err(format!(
                     "{}: fetch {k} failed (curl exit {}, {} bytes)",
@@ -285,16 +279,10 @@ fn overhead(
         let i = *next;
         let what = format!("overhead {:<10}", cfg.mode);
         // Connections and the tunnel are set up before counting.
-        let _ = finish_fetch(
-            spawn_fetch(&lab, Host::Client, "http://198.18.3.2/", None, 30),
-            None,
-        );
+        let _ = fetch(&lab, Host::Client, "http://198.18.3.2/", 30);
         std::thread::sleep(std::time::Duration::from_secs(2));
         let (f0, r0) = delivered(&lab);
-        let f = finish_fetch(
-            spawn_fetch(&lab, Host::Client, "http://198.18.3.2/big.bin", None, 120),
-            None,
-        );
+        let f = fetch(&lab, Host::Client, "http://198.18.3.2/big.bin", 120);
         // Let the last acknowledgements cross.
         std::thread::sleep(std::time::Duration::from_secs(2));
         let (f1, r1) = delivered(&lab);
