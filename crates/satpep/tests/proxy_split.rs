@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use satpep_lab::topology::Pep;
 use satpep_lab::{Host, Lab};
-use sha2::{Digest, Sha256};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -40,10 +39,6 @@ fn server_sees_the_client_and_bytes_arrive_intact_both_ways_with_half_close() {
         })
         .join()
         .unwrap();
-        let reply = pattern(8 << 20, 7);
-        let reply_hash = Sha256::digest(&reply);
-        let data = pattern(64 << 20, 3);
-        let sent_hash = Sha256::digest(&data);
         let addr = format!(
             "{}:9000",
             if server_ip.contains(':') {
@@ -52,26 +47,13 @@ fn server_sees_the_client_and_bytes_arrive_intact_both_ways_with_half_close() {
                 server_ip.into()
             }
         );
-        let (seen_peer, n, back) = hashed_exchange(&lab, listener, addr, data, reply);
-        assert_eq!(
-            seen_peer, client_ip,
-            "the server must see the client's own address"
-        );
-        assert_eq!(n, 64 << 20, "bytes received by the server");
-        assert_eq!(
-            &back[..32],
-            sent_hash.as_slice(),
-            "client→server data corrupted"
-        );
-        assert_eq!(
-            back.len(),
-            32 + (8 << 20),
-            "server→client length after half-close"
-        );
-        assert_eq!(
-            Sha256::digest(&back[32..]),
-            reply_hash,
-            "server→client data corrupted"
+        assert_exchange_intact(
+            &lab,
+            listener,
+            addr,
+            pattern(64 << 20, 3),
+            pattern(8 << 20, 7),
+            client_ip,
         );
     }
     // Both connections went through the proxies.

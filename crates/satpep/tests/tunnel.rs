@@ -74,38 +74,14 @@ fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
                 "[::]:9101"
             },
         );
-        let reply = pattern(8 << 20, 7);
-        let reply_hash = Sha256::digest(&reply);
         let mut data = marker.clone();
         data.extend(pattern(32 << 20, 3));
-        let sent_len = data.len();
-        let sent_hash = Sha256::digest(&data);
         let addr = if server_ip.contains(':') {
             format!("[{server_ip}]:{port}")
         } else {
             format!("{server_ip}:{port}")
         };
-        let (seen_peer, n, back) = hashed_exchange(&lab, listener, addr, data, reply);
-        assert_eq!(
-            seen_peer, client_ip,
-            "the server must see the client's address"
-        );
-        assert_eq!(n, sent_len, "bytes received by the server");
-        assert_eq!(
-            &back[..32],
-            sent_hash.as_slice(),
-            "client→server data corrupted"
-        );
-        assert_eq!(
-            back.len(),
-            32 + (8 << 20),
-            "server→client length after half-close"
-        );
-        assert_eq!(
-            Sha256::digest(&back[32..]),
-            reply_hash,
-            "server→client corrupted"
-        );
+        assert_exchange_intact(&lab, listener, addr, data, pattern(8 << 20, 7), client_ip);
     }
     std::thread::sleep(Duration::from_millis(500));
     let _ = dump.kill();

@@ -109,20 +109,23 @@ pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
 }
 
 /// One connection from the client host to `addr`, answered on `listener` (bound in the
-/// server host): the client sends `data` and half-closes; the server reads to the FIN,
-/// hashing, then sends the SHA-256 of what it got followed by `reply` over the half still
-/// open, and half-closes. Returns the client address the server saw (canonical), the bytes
-/// it got, and everything the client got back.
-pub fn hashed_exchange(
+/// server host), checked end to end: the client sends `data` and half-closes; the server
+/// reads to the FIN, hashing, then sends the SHA-256 of what it got followed by `reply` over
+/// the half still open, and half-closes. Asserts that the server saw `client_ip` as the
+/// client, that every byte arrived intact both ways, and that the half-close held.
+pub fn assert_exchange_intact(
     lab: &satpep_lab::Lab,
     listener: std::net::TcpListener,
     addr: String,
     data: Vec<u8>,
     reply: Vec<u8>,
-) -> (String, usize, Vec<u8>) {
+    client_ip: &str,
+) {
     use sha2::{Digest, Sha256};
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpStream};
+    let (sent_len, sent_hash) = (data.len(), Sha256::digest(&data));
+    let (reply_len, reply_hash) = (reply.len(), Sha256::digest(&reply));
     let server = std::thread::spawn(move || {
         let (mut s, peer) = listener.accept().unwrap();
         let mut h = Sha256::new();
@@ -150,6 +153,25 @@ pub fn hashed_exchange(
         back
     });
     let back = client.join().unwrap();
-    let (peer, n) = server.join().unwrap();
-    (peer, n, back)
+    let (seen_peer, n) = server.join().unwrap();
+    assert_eq!(
+        seen_peer, client_ip,
+        "the server must see the client's own address"
+    );
+    assert_eq!(n, sent_len, "bytes received by the server");
+    assert_eq!(
+        &back[..32],
+        sent_hash.as_slice(),
+        "client→server data corrupted"
+    );
+    assert_eq!(
+        back.len(),
+        32 + reply_len,
+        "server→client length after half-close"
+    );
+    assert_eq!(
+        Sha256::digest(&back[32..]),
+        reply_hash,
+        "server→client data corrupted"
+    );
 }
