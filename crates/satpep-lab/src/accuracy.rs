@@ -10,7 +10,7 @@
 //!    and PER at a BER from the document's range (UDP at half the rate, so the queue never
 //!    drops; the measured PER is checked against the 99 % binomial interval).
 
-use crate::demo::RunArgs;
+use crate::experiment::RunArgs;
 use crate::iperf::{ping, tcp_download, udp_forward, udp_return, UDP_FRAME_OVERHEAD};
 use crate::progress::Progress;
 use crate::sink::Sink;
@@ -227,7 +227,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             emulator_cpu_sys: (b.cpu.1 - a.cpu.1) / dt,
             late_p99_ms: late,
             tcp_goodput_bps: tcp.goodput_bps,
-            tcp_share: tcp.goodput_bps / crate::demo::tcp_limit_bps(rate, 0, 0.0),
+            tcp_share: tcp.goodput_bps / crate::experiment::tcp_limit_bps(rate, 0, 0.0),
         };
         progress.done(
             step,

@@ -3,7 +3,7 @@
 //! cubic and bbr against split by satpep with cubic, bbr, Hybla, Westwood+, Tarang and the
 //! adaptive selection on the satellite leg. Goodput as a share of the physical limit, with the thesis's figures beside.
 
-use crate::demo::{fmt_ber, tcp_limit_bps, RunArgs};
+use crate::experiment::{fmt_ber, tcp_limit_bps, RunArgs};
 use crate::iperf::tcp_download;
 use crate::progress::Progress;
 use crate::topology::{ensure_cc, Lab, Pep, UpOptions};

@@ -78,10 +78,10 @@ impl UdpResult {
 
 /// An iperf3 server in one host, serving one test. Its JSON is read on a thread so a long
 /// run cannot fill the pipe and stall it.
-struct Server(Child, Option<std::thread::JoinHandle<Vec<u8>>>);
+pub(crate) struct Server(Child, Option<std::thread::JoinHandle<Vec<u8>>>);
 
 impl Server {
-    fn start(lab: &Lab, host: Host, port: u16) -> Result<Server, String> {
+    pub(crate) fn start(lab: &Lab, host: Host, port: u16) -> Result<Server, String> {
         let mut child = lab
             .command(host, "iperf3")
             .args(["-s", "-1", "-J", "-p", &port.to_string()])
@@ -113,7 +113,7 @@ impl Server {
         }
         Ok(Server(child, Some(reader)))
     }
-    fn output(mut self) -> Result<Value, String> {
+    pub(crate) fn output(mut self) -> Result<Value, String> {
         let t = Instant::now();
         while !matches!(self.0.try_wait(), Ok(Some(_))) {
             if t.elapsed() > Duration::from_secs(15) {

@@ -1,7 +1,7 @@
 //! satpep's lab: testbeds of network namespaces around the link emulator, real traffic
 //! (iperf3, ping) across them, and the experiments built from those.
 
-pub mod demo;
+pub mod experiment;
 pub mod iperf;
 pub mod sys;
 pub mod topology;
@@ -12,6 +12,7 @@ pub mod cc_sweep;
 pub mod http;
 pub mod progress;
 pub mod relay_bench;
+pub mod scenario;
 pub mod sink;
 pub mod tunnel_bench;
 

@@ -4,7 +4,7 @@
 //! PEPsal is deployed) copying or splicing, and through both proxies. Run once with the
 //! routers' link-facing offloads as the emulator needs them (off) and once with them on.
 
-use crate::demo::RunArgs;
+use crate::experiment::RunArgs;
 use crate::iperf::tcp_download;
 use crate::progress::Progress;
 use crate::topology::{Lab, Pep, UpOptions};

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub const STATE_ROOT: &str = "/run/satpep/lab";
 
 /// A host of the testbed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Host {
     /// The user's machine behind the satellite terminal.

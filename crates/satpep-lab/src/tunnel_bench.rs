@@ -6,7 +6,7 @@
 //! 3. a fresh connection fetching 100 KB over `geo`: time to last byte;
 //! 4. an outage in the middle of 20 downloads: every one completes, checksums match.
 
-use crate::demo::{fmt_ber, tcp_limit_bps, RunArgs};
+use crate::experiment::{fmt_ber, tcp_limit_bps, RunArgs};
 use crate::http::{fetch, finish_fetch, spawn_fetch, HttpServer};
 use crate::iperf::tcp_download;
 use crate::progress::Progress;

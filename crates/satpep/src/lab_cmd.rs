@@ -88,8 +88,9 @@ enum LabSub {
         #[arg(long)]
         json: bool,
     },
-    /// Run an experiment: `demo` (end-to-end TCP over the geo link).
-    Run(satpep_lab::demo::RunArgs),
+    /// Run a scenario (a TOML file or a preset such as `demo`) or a benchmark; `--list`
+    /// names them.
+    Run(satpep_lab::experiment::RunArgs),
 }
 
 pub fn main(cmd: LabCmd) -> Result<(), String> {
@@ -206,6 +207,6 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             }
             Ok(())
         }
-        LabSub::Run(args) => satpep_lab::demo::run(args),
+        LabSub::Run(args) => satpep_lab::experiment::run(args),
     }
 }

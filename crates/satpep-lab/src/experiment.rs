@@ -1,0 +1,166 @@
+//! `satpep lab run`: scenarios (a TOML file or a built-in preset such as `demo`, run by
+//! [`crate::scenario`]) and the built-in benchmarks (emulator accuracy, relay overhead,
+//! congestion-control and tunnel sweeps).
+
+use crate::scenario::{self, presets, RunOptions, Scenario};
+use clap::Args;
+use satpep_link::loss::per_from_ber;
+use std::path::PathBuf;
+
+/// Arguments of `satpep lab run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// A scenario file (FILE.toml), a preset (demo, lawson2006, bharadwaj1999, urke2011,
+    /// shao2002, vanzara2017; `--list` describes them) or a benchmark: `link-accuracy` (the
+    /// emulator's accuracy and CPU, ~11 min), `relay-overhead` (split proxy against plain
+    /// forwarding, ~2 min), `cc-sweep` (controllers over 100 Mbit/s, 600 ms, BER 0…1e-5;
+    /// ~40 min, --quick ~9) or `tunnel` (distributed mode against end-to-end and split;
+    /// ~25 min, --quick ~8).
+    #[arg(required_unless_present = "list")]
+    pub experiment: Option<String>,
+    /// List the presets and benchmarks and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Seconds per transfer (scenarios: replaces every cell's duration).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<u32>,
+    /// Shorter, smaller version (a scenario's [quick] settings; benchmarks: fewer cells).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print results as JSON on stdout (progress still goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Run only this part of an experiment made of parts (tunnel: sweep, t1, fetch,
+    /// overhead, outage; scenarios: a part's name).
+    #[arg(long, value_name = "PART")]
+    pub only: Option<String>,
+    /// Results directory of a scenario [default: lab-results/NAME, or NAME-quick]. A
+    /// directory holding part of the same scenario's runs is resumed.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Discard earlier results in the results directory instead of resuming.
+    #[arg(long)]
+    pub fresh: bool,
+}
+
+const BENCHMARKS: [(&str, &str); 4] = [
+    ("link-accuracy", "the emulator's rate, delay and loss accuracy and CPU cost (~11 min)"),
+    ("relay-overhead", "the split proxy's throughput and CPU against plain forwarding (~2 min)"),
+    ("cc-sweep", "congestion controls over 100 Mbit/s, 600 ms, BER 0 to 1e-5 (~40 min, --quick ~9)"),
+    ("tunnel", "distributed mode against end-to-end and split: BER sweep, T1, fetch, overhead, outage (~25 min)"),
+];
+
+/// Runs the experiment `args.experiment`.
+pub fn run(args: RunArgs) -> Result<(), String> {
+    if args.list {
+        println!("presets (scenarios; --quick for a short version):");
+        for (name, what, _) in presets::PRESETS {
+            println!("  {name:<15} {what}");
+        }
+        println!("benchmarks:");
+        for (name, what) in BENCHMARKS {
+            println!("  {name:<15} {what}");
+        }
+        return Ok(());
+    }
+    let what = args.experiment.clone().unwrap_or_default();
+    let bench = BENCHMARKS.iter().any(|b| b.0 == what);
+    let source = if bench {
+        None
+    } else if let Some(t) = presets::get(&what) {
+        Some(t.to_string())
+    } else if what.ends_with(".toml") || std::path::Path::new(&what).is_file() {
+        Some(std::fs::read_to_string(&what).map_err(|e| format!("{what}: {e}"))?)
+    } else {
+        return Err(format!(
+            "'{what}' is neither a scenario file (.toml), a preset ({}) nor a benchmark ({})",
+            presets::names().join(", "),
+            BENCHMARKS.map(|b| b.0).join(", ")
+        ));
+    };
+    // Check a scenario before asking for root, so a bad file is reported as such.
+    let scenario = match &source {
+        Some(text) => {
+            let mut over = toml::Table::new();
+            if let Some(d) = args.duration {
+                over.insert("duration".into(), toml::Value::String(format!("{d}s")));
+            }
+            let mut sc = Scenario::parse_with(text, args.quick, &over)
+                .map_err(|e| format!("{what}: {e}"))?;
+            if let Some(only) = &args.only {
+                sc = sc.only(only)?;
+            }
+            Some(sc)
+        }
+        None => None,
+    };
+    crate::sys::require_root()?;
+    crate::catch_interrupts();
+    let Some(sc) = scenario else {
+        return match what.as_str() {
+            "link-accuracy" => crate::accuracy::run(&args),
+            "relay-overhead" => crate::relay_bench::run(&args),
+            "cc-sweep" => crate::cc_sweep::run(&args),
+            _ => crate::tunnel_bench::run(&args),
+        };
+    };
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("lab-results").join(if args.quick {
+            format!("{}-quick", sc.name)
+        } else {
+            sc.name.clone()
+        })
+    });
+    let md = scenario::run(
+        &sc,
+        &RunOptions {
+            out: out.clone(),
+            fresh: args.fresh,
+            quiet: false,
+            source: source.unwrap_or_default(),
+        },
+    )?;
+    if args.json {
+        let j = std::fs::read_to_string(out.join("results.json")).map_err(|e| e.to_string())?;
+        println!("{j}");
+    } else {
+        println!("\n{md}");
+        eprintln!(
+            "report: {}/report.html (and report.md, CSV, JSON, plots)",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Highest TCP goodput a link allows: rate × MSS/frame × (1 − PER) with 1448-byte segments
+/// (1500 MTU, timestamps on) in 1514-byte frames.
+pub fn tcp_limit_bps(rate_bps: f64, overhead: u32, ber: f64) -> f64 {
+    let frame = 1514 + overhead;
+    rate_bps * 1448.0 / frame as f64 * (1.0 - per_from_ber(ber, frame))
+}
+
+/// A BER for tables: `0` or `1e-6`.
+pub fn fmt_ber(ber: f64) -> String {
+    if ber == 0.0 {
+        "0".into()
+    } else {
+        format!("{ber:e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_limit() {
+        // 50 Mbit/s × 1448/1514 with no loss.
+        assert!((tcp_limit_bps(50e6, 0, 0.0) - 47.820e6).abs() < 1e3);
+        // BER 1e-6 on 1514-byte frames loses 1.204 %.
+        let l = tcp_limit_bps(50e6, 0, 1e-6) / tcp_limit_bps(50e6, 0, 0.0);
+        assert!((l - (1.0 - 0.01204)).abs() < 1e-4, "{l}");
+        assert_eq!(fmt_ber(0.0), "0");
+        assert_eq!(fmt_ber(1e-6), "1e-6");
+    }
+}

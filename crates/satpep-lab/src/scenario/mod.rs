@@ -1,0 +1,15 @@
+//! Scenario runner: experiments declared in TOML (link, PEP, hosts, traffic, sweeps,
+//! repetitions), run on one lab with real tools, and reported as CSV, JSON, plots, Markdown
+//! and HTML. Presets reproduce the source documents' experiments.
+
+pub mod hosts;
+pub mod plot;
+pub mod presets;
+pub mod report;
+pub mod runner;
+pub mod spec;
+pub mod stats;
+pub mod traffic;
+
+pub use runner::{run, RunOptions};
+pub use spec::Scenario;

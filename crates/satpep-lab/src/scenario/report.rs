@@ -1,0 +1,749 @@
+//! A scenario's results: CSV and JSON for scripts, plots, and a report in Markdown and in one
+//! self-contained HTML page (plots inlined), with the documents' figures beside ours.
+
+use super::plot::{write_line_plot, write_line_svg, Line, LinePlot};
+use super::spec::{Metric, Part, Scenario};
+use super::stats::Summary;
+use super::traffic::RunRecord;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::Path;
+use toml::Value;
+
+/// A cell's figures over its repetitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellResult {
+    /// Cell index.
+    pub cell: usize,
+    /// Part index.
+    pub part: usize,
+    /// Configuration.
+    pub config: String,
+    /// Sweep point, formatted, one per axis.
+    pub point: Vec<String>,
+    /// Runs recorded.
+    pub runs: usize,
+    /// The main metric (bit/s or s).
+    pub metric: Summary,
+    /// Bulk: share of the physical limit.
+    pub utilization: Summary,
+    /// Several flows: Jain's index.
+    pub jain: Summary,
+    /// Satellite-leg sender's retransmissions per run.
+    pub leg_retransmits: Summary,
+    /// Failed transfers over all runs.
+    pub failures: u32,
+    /// The document's figure, if any.
+    pub reference: Option<f64>,
+    /// Where the document's figure comes from.
+    pub reference_source: Option<String>,
+}
+
+/// Summarizes `runs` per cell of `sc`.
+pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
+    sc.cells
+        .iter()
+        .map(|c| {
+            let mine: Vec<&RunRecord> = runs.iter().filter(|r| r.cell == c.index).collect();
+            let samples: Vec<f64> = mine
+                .iter()
+                .flat_map(|r| r.samples.iter().copied())
+                .collect();
+            let util: Vec<f64> = mine.iter().filter_map(|r| r.utilization).collect();
+            let jain: Vec<f64> = mine.iter().filter_map(|r| r.jain).collect();
+            let retr: Vec<f64> = mine.iter().map(|r| r.leg_retransmits as f64).collect();
+            let reference = sc.reference(c);
+            let axes = &sc.parts[c.part].axes;
+            CellResult {
+                cell: c.index,
+                part: c.part,
+                config: c.config.clone(),
+                point: axes.iter().zip(&c.point).map(|(a, v)| a.show(v)).collect(),
+                runs: mine.len(),
+                metric: Summary::of(&samples),
+                utilization: Summary::of(&util),
+                jain: Summary::of(&jain),
+                leg_retransmits: Summary::of(&retr),
+                failures: mine.iter().map(|r| r.failures).sum(),
+                reference: reference.map(|r| r.value),
+                reference_source: reference.map(|r| r.source.clone()),
+            }
+        })
+        .collect()
+}
+
+/// How a metric is printed: unit name and divisor.
+fn unit(metric: Metric, results: &[CellResult]) -> (&'static str, f64) {
+    match metric {
+        Metric::Goodput => {
+            let max = results
+                .iter()
+                .map(|r| r.metric.mean)
+                .chain(results.iter().filter_map(|r| r.reference))
+                .filter(|v| v.is_finite())
+                .fold(0.0, f64::max);
+            if max >= 2e6 {
+                ("Mbit/s", 1e6)
+            } else {
+                ("kbit/s", 1e3)
+            }
+        }
+        Metric::Time => ("s", 1.0),
+        Metric::Latency => ("ms", 1e-3),
+    }
+}
+
+fn fmt_num(v: f64) -> String {
+    if !v.is_finite() {
+        "–".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn fmt_summary(s: &Summary, div: f64) -> String {
+    if s.n == 0 {
+        return "–".into();
+    }
+    if s.n == 1 {
+        return fmt_num(s.mean / div);
+    }
+    format!("{} ± {}", fmt_num(s.mean / div), fmt_num(s.ci95 / div))
+}
+
+/// A table: header and rows of cells.
+pub struct Table {
+    /// Column headings.
+    pub header: Vec<String>,
+    /// Rows.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// As Markdown.
+    pub fn markdown(&self) -> String {
+        let mut s = format!("| {} |\n|", self.header.join(" | "));
+        for (i, _) in self.header.iter().enumerate() {
+            s.push_str(if i < self.point_cols() {
+                "---|"
+            } else {
+                "---:|"
+            });
+        }
+        s.push('\n');
+        for r in &self.rows {
+            let _ = writeln!(s, "| {} |", r.join(" | "));
+        }
+        s
+    }
+
+    fn point_cols(&self) -> usize {
+        1
+    }
+
+    /// As an HTML table.
+    pub fn html(&self) -> String {
+        let mut s = String::from("<table>\n<tr>");
+        for h in &self.header {
+            let _ = write!(s, "<th>{}</th>", esc(h));
+        }
+        s.push_str("</tr>\n");
+        for r in &self.rows {
+            s.push_str("<tr>");
+            for c in r {
+                let _ = write!(s, "<td>{}</td>", esc(c));
+            }
+            s.push_str("</tr>\n");
+        }
+        s.push_str("</table>\n");
+        s
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Rows: sweep points; columns: configurations. `cell` formats one result.
+fn grid(part: &Part, res: &[&CellResult], cell: &dyn Fn(&CellResult) -> String) -> Table {
+    let mut header: Vec<String> = part.axes.iter().map(|a| a.label()).collect();
+    if header.is_empty() {
+        header.push(String::new());
+    }
+    header.extend(part.configs.iter().cloned());
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut points: Vec<Vec<String>> = Vec::new();
+    for r in res {
+        if !points.contains(&r.point) {
+            points.push(r.point.clone());
+        }
+    }
+    for p in points {
+        let mut row = if p.is_empty() {
+            vec!["".to_string()]
+        } else {
+            p.clone()
+        };
+        for c in &part.configs {
+            row.push(
+                res.iter()
+                    .find(|r| &r.config == c && r.point == p)
+                    .map(|r| cell(r))
+                    .unwrap_or_default(),
+            );
+        }
+        rows.push(row);
+    }
+    Table { header, rows }
+}
+
+/// Numeric x of a sweep value (log10 when the axis is log), or None for text values.
+fn x_of(v: &Value, log: bool) -> Option<f64> {
+    let x = match v {
+        Value::Integer(i) => *i as f64,
+        Value::Float(f) => *f,
+        Value::String(s) => super::spec::parse_size(s)
+            .map(|b| b as f64)
+            .or_else(|_| super::spec::secs(s))
+            .or_else(|_| satpep_link::units::parse_rate(s))
+            .ok()?,
+        _ => return None,
+    };
+    if log {
+        (x > 0.0).then(|| x.log10())
+    } else {
+        Some(x)
+    }
+}
+
+/// The main plot: metric against the first axis, one line per configuration (and value of
+/// the other axes); or, without axes, one point per configuration.
+fn metric_plot(
+    sc: &Scenario,
+    part: &Part,
+    res: &[&CellResult],
+    y: &dyn Fn(&CellResult) -> (f64, f64),
+    reference: bool,
+    title: &str,
+    y_label: &str,
+) -> LinePlot {
+    let mut p = LinePlot {
+        title: title.into(),
+        y_label: y_label.into(),
+        ..Default::default()
+    };
+    let Some(axis) = part.axes.first() else {
+        p.categories = part.configs.clone();
+        p.points_only = true;
+        p.x_label = "configuration".into();
+        let mut ours = Line {
+            name: "satpep lab".into(),
+            ..Default::default()
+        };
+        for (i, c) in part.configs.iter().enumerate() {
+            if let Some(r) = res.iter().find(|r| &r.config == c) {
+                let (m, d) = y(r);
+                ours.points.push((i as f64, m, d));
+                if let (true, Some(v)) = (reference, r.reference) {
+                    ours.reference.push((
+                        i as f64,
+                        y(&CellResult {
+                            metric: Summary {
+                                n: 1,
+                                mean: v,
+                                sd: 0.0,
+                                ci95: 0.0,
+                            },
+                            ..(*r).clone()
+                        })
+                        .0,
+                    ));
+                }
+            }
+        }
+        p.lines.push(ours);
+        return p;
+    };
+    p.x_label = axis.label();
+    let numeric = axis.values.iter().all(|v| x_of(v, axis.log).is_some());
+    p.log_x = numeric && axis.log;
+    if !numeric {
+        p.categories = axis.values.iter().map(|v| axis.show(v)).collect();
+    }
+    let xpos = |cell: usize| -> f64 {
+        let v = &sc.cells[cell].point[0];
+        if numeric {
+            x_of(v, axis.log).unwrap_or(0.0)
+        } else {
+            axis.values.iter().position(|w| w == v).unwrap_or(0) as f64
+        }
+    };
+    // One line per configuration × the other axes' values.
+    let mut keys: Vec<(String, Vec<String>)> = Vec::new();
+    for r in res {
+        let k = (r.config.clone(), r.point[1..].to_vec());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (cfg, rest) in keys {
+        let mut name = cfg.clone();
+        for (a, v) in part.axes[1..].iter().zip(&rest) {
+            let _ = write!(name, ", {}={v}", a.label());
+        }
+        let mut line = Line {
+            name,
+            ..Default::default()
+        };
+        for r in res
+            .iter()
+            .filter(|r| r.config == cfg && r.point[1..] == rest[..])
+        {
+            let (m, d) = y(r);
+            if m.is_finite() {
+                line.points.push((xpos(r.cell), m, d));
+            }
+            if let (true, Some(v)) = (reference, r.reference) {
+                let fake = CellResult {
+                    metric: Summary {
+                        n: 1,
+                        mean: v,
+                        sd: 0.0,
+                        ci95: 0.0,
+                    },
+                    ..(*r).clone()
+                };
+                line.reference.push((xpos(r.cell), y(&fake).0));
+            }
+        }
+        p.lines.push(line);
+    }
+    p
+}
+
+/// Tables of one part, each with a heading.
+fn part_tables(
+    part: &Part,
+    metric: Metric,
+    res: &[&CellResult],
+    uname: &str,
+    div: f64,
+) -> Vec<(String, Table)> {
+    let main = grid(part, res, &|r| {
+        let mut s = fmt_summary(&r.metric, div);
+        if let Some(v) = r.reference {
+            let _ = write!(s, " (doc {})", fmt_num(v / div));
+        }
+        if r.failures > 0 {
+            let _ = write!(s, " [{} failed]", r.failures);
+        }
+        s
+    });
+    let mut tables = vec![(
+        format!("{} ({uname}), mean ± 95 % CI", metric.heading()),
+        main,
+    )];
+    if metric == Metric::Goodput {
+        tables.push((
+            "% of the physical limit (rate × payload/frame × (1 − loss))".into(),
+            grid(part, res, &|r| {
+                let u = &r.utilization;
+                fmt_summary(
+                    &Summary {
+                        n: u.n,
+                        mean: u.mean * 100.0,
+                        sd: 0.0,
+                        ci95: u.ci95 * 100.0,
+                    },
+                    1.0,
+                )
+            }),
+        ));
+        if res.iter().any(|r| r.jain.n > 0) {
+            tables.push((
+                "Jain's fairness index over the flows (1 = equal shares)".into(),
+                grid(part, res, &|r| fmt_summary(&r.jain, 1.0)),
+            ));
+        }
+        tables.push((
+            "satellite-leg sender's retransmitted segments per run".into(),
+            grid(part, res, &|r| fmt_summary(&r.leg_retransmits, 1.0)),
+        ));
+    }
+    tables
+}
+
+/// Writes every output file into `out` and returns the Markdown report.
+pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String, String> {
+    let res = summarize(sc, runs);
+    let w = |name: &str, text: String| -> Result<(), String> {
+        std::fs::write(out.join(name), text).map_err(|e| format!("cannot write {name}: {e}"))
+    };
+    let point_of = |cell: usize| -> String {
+        let c = &sc.cells[cell];
+        let axes = &sc.parts[c.part].axes;
+        axes.iter()
+            .zip(&c.point)
+            .map(|(a, v)| format!("{}={}", a.label(), a.show(v)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+
+    // CSV: one row per run, per cell, per flow interval, per socket sample.
+    let mut csv = String::from("cell,part,config,point,repetition,seed,value,utilization,jain,leg_retransmits,failures,errors\n");
+    for r in runs {
+        let c = &sc.cells[r.cell];
+        let _ = writeln!(
+            csv,
+            "{},{},{},\"{}\",{},{},{},{},{},{},{},\"{}\"",
+            r.cell,
+            sc.parts[c.part].name,
+            c.config,
+            point_of(r.cell),
+            r.repetition,
+            r.seed,
+            opt(Some(Summary::of(&r.samples).mean)),
+            opt(r.utilization),
+            opt(r.jain),
+            r.leg_retransmits,
+            r.failures,
+            r.errors.join("; ").replace('"', "'")
+        );
+    }
+    w("runs.csv", csv)?;
+    let mut csv = String::from("cell,part,config,point,runs,mean,sd,ci95,utilization,jain,leg_retransmits,failures,reference\n");
+    for r in &res {
+        let _ = writeln!(
+            csv,
+            "{},{},{},\"{}\",{},{},{},{},{},{},{},{},{}",
+            r.cell,
+            sc.parts[r.part].name,
+            r.config,
+            point_of(r.cell),
+            r.runs,
+            opt(Some(r.metric.mean)),
+            opt(Some(r.metric.sd)),
+            opt(Some(r.metric.ci95)),
+            opt(Some(r.utilization.mean)),
+            opt(Some(r.jain.mean)),
+            opt(Some(r.leg_retransmits.mean)),
+            r.failures,
+            opt(r.reference)
+        );
+    }
+    w("summary.csv", csv)?;
+    let mut csv = String::from("cell,repetition,flow,cc,t_s,bytes\n");
+    let mut sock = String::from("cell,repetition,flow,t_s,cwnd,rtt_ms,retrans\n");
+    for r in runs {
+        for (i, f) in r.flows.iter().enumerate() {
+            for (t, b) in &f.series {
+                let _ = writeln!(csv, "{},{},{i},{},{t:.3},{b}", r.cell, r.repetition, f.cc);
+            }
+        }
+        for s in &r.sockets {
+            let _ = writeln!(
+                sock,
+                "{},{},{},{:.2},{},{},{}",
+                r.cell, r.repetition, s.flow, s.t, s.cwnd, s.rtt_ms, s.retrans
+            );
+        }
+    }
+    w("series.csv", csv)?;
+    w("sockets.csv", sock)?;
+    let metrics: Vec<Metric> = (0..sc.parts.len()).map(|p| sc.metric(p)).collect();
+    w(
+        "results.json",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "scenario": {
+                "name": sc.name, "title": sc.title, "reproduces": sc.reproduces,
+                "parts": sc.parts, "metrics": metrics,
+            },
+            "cells": res,
+            "runs": runs,
+        }))
+        .unwrap(),
+    )?;
+
+    let cells_n = sc.cells.len();
+    let runs_n: usize = sc.cells.iter().map(|c| c.spec.repetitions as usize).sum();
+    let failures: u32 = res.iter().map(|r| r.failures).sum();
+    let mut md = format!("# {}\n\n", sc.title);
+    let mut html = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title><style>\
+         body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
+         table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #bbb;padding:3px 8px;text-align:right}}\
+         th{{background:#eee}}td:first-child{{text-align:left}}svg{{max-width:100%;height:auto}}</style></head><body>\n<h1>{t}</h1>\n",
+        t = esc(&sc.title)
+    );
+    let mut intro = String::new();
+    if let Some(r) = &sc.reproduces {
+        let _ = writeln!(intro, "Reproduces: {r}.\n");
+    }
+    let _ = writeln!(
+        intro,
+        "Scenario `{}`: {cells_n} cells, {} of {runs_n} runs recorded{}.\n",
+        sc.name,
+        runs.len(),
+        if failures > 0 {
+            format!(", {failures} failed transfers (marked)")
+        } else {
+            String::new()
+        }
+    );
+    if let Some(n) = &sc.notes {
+        let _ = writeln!(intro, "{}\n", n.trim());
+    }
+    md.push_str(&intro);
+    for para in intro.split("\n\n").filter(|p| !p.trim().is_empty()) {
+        let _ = writeln!(html, "<p>{}</p>", esc(para.trim()));
+    }
+
+    let mut plot_err = None;
+    for (pi, part) in sc.parts.iter().enumerate() {
+        let pres: Vec<&CellResult> = res.iter().filter(|r| r.part == pi).collect();
+        let metric = metrics[pi];
+        let owned: Vec<CellResult> = pres.iter().map(|r| (*r).clone()).collect();
+        let (uname, div) = unit(metric, &owned);
+        let h = if sc.parts.len() > 1 { "###" } else { "##" };
+        if sc.parts.len() > 1 {
+            let _ = writeln!(md, "## {}\n", part.title);
+            let _ = writeln!(html, "<h2>{}</h2>", esc(&part.title));
+        }
+        for (title, t) in part_tables(part, metric, &pres, uname, div) {
+            let _ = writeln!(md, "{h} {title}\n\n{}", t.markdown());
+            let _ = writeln!(html, "<h3>{}</h3>\n{}", esc(&title), t.html());
+        }
+        if !part.references.is_empty() {
+            let mut sources: Vec<&str> =
+                part.references.iter().map(|r| r.source.as_str()).collect();
+            sources.dedup();
+            let s = format!(
+                "(doc X): the source document's figure for that cell ({}).",
+                sources.join("; ")
+            );
+            let _ = writeln!(md, "{s}\n");
+            let _ = writeln!(html, "<p>{}</p>", esc(&s));
+        }
+        if plot_err.is_some() {
+            continue;
+        }
+        let log_y = metric == Metric::Goodput && {
+            let v: Vec<f64> = pres
+                .iter()
+                .map(|r| r.metric.mean)
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .collect();
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+            !v.is_empty() && hi / lo > 50.0
+        };
+        let ylab = format!(
+            "{} ({uname}{})",
+            metric.heading(),
+            if log_y { ", log" } else { "" }
+        );
+        let mut mp = metric_plot(
+            sc,
+            part,
+            &pres,
+            &|r| {
+                if log_y {
+                    ((r.metric.mean / div).log10(), 0.0)
+                } else {
+                    (
+                        r.metric.mean / div,
+                        if r.metric.ci95.is_finite() {
+                            r.metric.ci95 / div
+                        } else {
+                            0.0
+                        },
+                    )
+                }
+            },
+            true,
+            &format!(
+                "{} by {}: ours{}",
+                metric.heading(),
+                part.axes
+                    .first()
+                    .map_or("configuration".to_string(), |a| a.label()),
+                if part.references.is_empty() {
+                    ""
+                } else {
+                    " (dots, 95 % CI), the document's (×)"
+                }
+            ),
+            &ylab,
+        );
+        mp.log_y = log_y;
+        let mut plots = Vec::new();
+        let file = format!("metric-{}", part.name);
+        match write_line_plot(&out.join(&file), &mp, (960, 560)) {
+            Ok(()) => plots.push((
+                format!("{file}.svg"),
+                format!("{} by {}", metric.heading(), mp.x_label),
+            )),
+            Err(e) => plot_err = Some(e),
+        }
+        if pres.iter().any(|r| r.jain.n > 0) && plot_err.is_none() {
+            let jp = metric_plot(
+                sc,
+                part,
+                &pres,
+                &|r| (r.jain.mean, 0.0),
+                false,
+                &format!("{}: Jain's fairness index", part.title),
+                "Jain index",
+            );
+            let file = format!("fairness-{}", part.name);
+            if write_line_plot(&out.join(&file), &jp, (960, 480)).is_ok() {
+                plots.push((
+                    format!("{file}.svg"),
+                    "Jain's fairness index over the flows".into(),
+                ));
+            }
+        }
+        for (file, caption) in &plots {
+            let _ = writeln!(md, "![{caption}]({file})\n");
+            let svg = std::fs::read_to_string(out.join(file)).unwrap_or_default();
+            let _ = writeln!(html, "<h3>{}</h3>\n{svg}", esc(caption));
+        }
+    }
+    if let Some(e) = &plot_err {
+        let _ = writeln!(md, "Plots skipped: {e}\n");
+        let _ = writeln!(html, "<p>Plots skipped: {}</p>", esc(e));
+    }
+
+    // Per-cell time series (first repetition): goodput per flow, and the leg's cwnd.
+    let mut series_plots = Vec::new();
+    if plot_err.is_none() {
+        let _ = std::fs::create_dir_all(out.join("series"));
+        for c in &sc.cells {
+            let Some(r) = runs
+                .iter()
+                .filter(|r| r.cell == c.index)
+                .min_by_key(|r| r.repetition)
+            else {
+                continue;
+            };
+            if r.flows.is_empty() && r.sockets.is_empty() {
+                continue;
+            }
+            let mut p = LinePlot {
+                title: format!(
+                    "{}: goodput (Mbit/s), sender cwnd (segments)",
+                    c.describe(sc)
+                ),
+                x_label: "time (s)".into(),
+                y_label: "Mbit/s  |  segments".into(),
+                ..Default::default()
+            };
+            for (i, f) in r.flows.iter().enumerate() {
+                let mut prev = f.start_s;
+                let pts = f.series.iter().map(|&(t, b)| {
+                    let d = (t - prev).max(1e-3);
+                    prev = t;
+                    (t, b as f64 * 8.0 / d / 1e6, 0.0)
+                });
+                let cc = if f.cc.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", f.cc)
+                };
+                p.lines.push(Line {
+                    name: format!("flow {i} goodput{cc}"),
+                    points: pts.collect(),
+                    reference: vec![],
+                });
+            }
+            let flows: std::collections::BTreeSet<u32> = r.sockets.iter().map(|s| s.flow).collect();
+            for f in flows {
+                let pts = r
+                    .sockets
+                    .iter()
+                    .filter(|s| s.flow == f)
+                    .map(|s| (s.t, s.cwnd as f64, 0.0))
+                    .collect();
+                p.lines.push(Line {
+                    name: format!("flow {f} cwnd"),
+                    points: pts,
+                    reference: vec![],
+                });
+            }
+            let name = format!("c{:04}", c.index);
+            if write_line_svg(&out.join("series").join(&name), &p, (900, 380)).is_ok() {
+                series_plots.push((format!("series/{name}.svg"), c.describe(sc)));
+            }
+        }
+    }
+    if !series_plots.is_empty() {
+        let _ = writeln!(md, "## Time series (first repetition of each cell)\n");
+        let _ = writeln!(html, "<h2>Time series (first repetition of each cell)</h2>");
+        for (file, caption) in &series_plots {
+            let _ = writeln!(md, "- [{caption}]({file})");
+            let svg = std::fs::read_to_string(out.join(file)).unwrap_or_default();
+            let _ = writeln!(
+                html,
+                "<details><summary>{}</summary>\n{svg}</details>",
+                esc(caption)
+            );
+        }
+        md.push('\n');
+    }
+    let errors: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.errors.is_empty())
+        .map(|r| {
+            format!(
+                "{} #{}: {}",
+                sc.cells[r.cell].describe(sc),
+                r.repetition + 1,
+                r.errors.join("; ")
+            )
+        })
+        .collect();
+    if !errors.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Problems\n\n{}\n",
+            errors
+                .iter()
+                .map(|e| format!("- {e}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let _ = writeln!(
+            html,
+            "<h2>Problems</h2><ul>{}</ul>",
+            errors
+                .iter()
+                .map(|e| format!("<li>{}</li>", esc(e)))
+                .collect::<String>()
+        );
+    }
+    let files =
+        "Files: runs.csv (one row per run), summary.csv (per cell), series.csv (goodput per \
+                 flow per second), sockets.csv (satellite-leg sender's cwnd and RTT every 0.5 s), \
+                 results.json (all of it), metric-*.svg/png, series/*.svg, report.html.";
+    let _ = writeln!(md, "{files}");
+    let _ = writeln!(html, "<p>{}</p>\n</body></html>", esc(files));
+    w("report.md", md.clone())?;
+    w("report.html", html)?;
+    Ok(md)
+}
+
+fn opt(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x}"),
+        _ => String::new(),
+    }
+}

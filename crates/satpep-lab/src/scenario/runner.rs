@@ -1,0 +1,213 @@
+//! Runs a scenario's cells on one lab, one repetition at a time, each result saved as soon as
+//! it exists, so an interrupted sweep resumes where it stopped.
+
+use super::hosts::HostTuner;
+use super::report;
+use super::spec::{CellSpec, Scenario};
+use super::traffic::{run_once, RunRecord};
+use crate::progress::Progress;
+use crate::topology::{Host, Lab, Pep, UpOptions};
+use satpep_link::config::LinkSpec;
+use satpep_link::units::fmt_rate;
+use std::path::{Path, PathBuf};
+
+/// How to run a scenario.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Results directory.
+    pub out: PathBuf,
+    /// Throw away earlier results in `out` instead of resuming.
+    pub fresh: bool,
+    /// No progress output.
+    pub quiet: bool,
+    /// The scenario's source text, kept in the results directory.
+    pub source: String,
+}
+
+/// Highest goodput TCP can have in the traffic's direction of `spec`: rate × payload/frame ×
+/// (1 − loss), with the hosts' MSS and timestamps (1448-byte payloads in 1514-byte frames by
+/// default).
+pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
+    let cfg = spec.link_spec()?.resolve()?;
+    let dir = if spec.traffic.direction == "upload" {
+        &cfg.ret
+    } else {
+        &cfg.forward
+    };
+    let (c, s) = (spec.host(Host::Client), spec.host(Host::Server));
+    let mss = c.mss.unwrap_or(1460).min(s.mss.unwrap_or(1460)) as f64;
+    let ts = c.timestamps.unwrap_or(true) && s.timestamps.unwrap_or(true);
+    let payload = mss - if ts { 12.0 } else { 0.0 };
+    let frame = mss + 54.0 + dir.overhead as f64;
+    let loss = dir.loss.mean_loss(frame as u32);
+    Ok(dir.rate.max_bps() * payload / frame * (1.0 - loss))
+}
+
+fn pep_of(spec: &CellSpec) -> Option<Pep> {
+    let p = &spec.pep;
+    match p.mode.as_str() {
+        "split" => Some(Pep {
+            cc: p.cc.clone(),
+            terminal_only: p.terminal_only,
+            handshake: p.handshake.clone(),
+            ..Default::default()
+        }),
+        "adaptive" => Some(Pep {
+            cc: Some("adaptive".into()),
+            handshake: p.handshake.clone(),
+            ..Default::default()
+        }),
+        "tunnel" => Some(Pep {
+            tunnel: Some(p.cc.clone().unwrap_or_else(|| "satellite".into())),
+            handshake: p.handshake.clone(),
+            ..Default::default()
+        }),
+        _ => None,
+    }
+}
+
+fn run_path(out: &Path, cell: usize, rep: u32) -> PathBuf {
+    out.join("runs").join(format!("c{cell:04}-r{rep:03}.json"))
+}
+
+/// Reads the saved runs of `sc` in `out` (missing ones are skipped).
+pub fn load_runs(sc: &Scenario, out: &Path) -> Vec<RunRecord> {
+    let mut v = Vec::new();
+    for c in &sc.cells {
+        for r in 0..c.spec.repetitions {
+            if let Ok(t) = std::fs::read_to_string(run_path(out, c.index, r)) {
+                if let Ok(rec) = serde_json::from_str::<RunRecord>(&t) {
+                    v.push(rec);
+                }
+            }
+        }
+    }
+    v
+}
+
+fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Prepares `out`: a new directory gets the plan; an existing one must hold the same plan
+/// (then its runs are kept) unless `fresh`.
+fn prepare(sc: &Scenario, opts: &RunOptions) -> Result<(), String> {
+    let out = &opts.out;
+    let plan = serde_json::to_string_pretty(&(&sc.parts, &sc.cells)).unwrap();
+    let plan_path = out.join("plan.json");
+    if let Ok(old) = std::fs::read_to_string(&plan_path) {
+        if old != plan && !opts.fresh {
+            return Err(format!(
+                "{} holds results of a different scenario or settings; give --fresh to replace \
+                 them, or another --out",
+                out.display()
+            ));
+        }
+        if opts.fresh || old != plan {
+            let _ = std::fs::remove_dir_all(out.join("runs"));
+        }
+    } else if opts.fresh {
+        let _ = std::fs::remove_dir_all(out.join("runs"));
+    }
+    std::fs::create_dir_all(out.join("runs"))
+        .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    write_atomic(&plan_path, &plan)?;
+    write_atomic(&out.join("scenario.toml"), &opts.source)
+}
+
+/// Runs what is missing of `sc` into `opts.out`, then writes the reports. Returns the report's
+/// Markdown table text.
+pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
+    prepare(sc, opts)?;
+    let todo: Vec<(usize, u32)> = sc
+        .cells
+        .iter()
+        .flat_map(|c| (0..c.spec.repetitions).map(move |r| (c.index, r)))
+        .filter(|&(c, r)| !run_path(&opts.out, c, r).exists())
+        .collect();
+    let total: usize = sc.cells.iter().map(|c| c.spec.repetitions as usize).sum();
+    if !opts.quiet && todo.len() < total {
+        eprintln!(
+            "resuming: {} of {total} runs already in {}",
+            total - todo.len(),
+            opts.out.display()
+        );
+    }
+    if !todo.is_empty() {
+        let step = sc.cells[todo[0].0].spec.duration.clone();
+        let step_s = super::spec::secs(&step).unwrap_or(30.0) + 4.0;
+        let progress = Progress::new(todo.len(), step_s, opts.quiet);
+        let first = &sc.cells[todo[0].0].spec;
+        let name = format!("sc-{}", std::process::id());
+        let mut lab = Lab::up(&name, &first.link_spec()?, &UpOptions::default())?;
+        let mut tuner = HostTuner::default();
+        let mut link_now: Option<LinkSpec> = None;
+        let mut pep_now: Option<Pep> = None;
+        let mut pep_link: Option<LinkSpec> = None;
+        for (i, &(ci, rep)) in todo.iter().enumerate() {
+            if crate::interrupted() {
+                return Err(interrupted(i, todo.len()));
+            }
+            let cell = &sc.cells[ci];
+            let spec = &cell.spec;
+            let mut link = spec.link_spec()?;
+            link.seed = Some(spec.seed + rep as u64);
+            if link_now.as_ref() != Some(&link) {
+                lab.start_emulator(&link)?;
+                link_now = Some(link.clone());
+            }
+            let pep = pep_of(spec);
+            // Proxies size themselves from the link, so a new link restarts them too.
+            let mut link_noseed = link.clone();
+            link_noseed.seed = None;
+            if pep != pep_now || (pep.is_some() && pep_link.as_ref() != Some(&link_noseed)) {
+                lab.stop_proxies();
+                if let Some(p) = &pep {
+                    lab.start_proxies(&link, p)?;
+                }
+                pep_now = pep;
+                pep_link = Some(link_noseed);
+            }
+            for h in [Host::Client, Host::Server, Host::Terminal, Host::Gateway] {
+                tuner.apply(&lab, h, &spec.host(h))?;
+            }
+            let what = format!("{} #{}", cell.describe(sc), rep + 1);
+            let limit = tcp_limit_bps(spec)?;
+            let rec = match run_once(&lab, spec, ci, rep, limit, &mut |t| {
+                progress.tick(i, &what, t)
+            }) {
+                Ok(r) => r,
+                Err(e) if e == "interrupted" => return Err(interrupted(i, todo.len())),
+                Err(e) => return Err(format!("{what}: {e}")),
+            };
+            let summary = match (rec.samples.first(), spec.metric()) {
+                (None, _) => format!("FAILED: {}", rec.errors.join("; ")),
+                (Some(&g), super::spec::Metric::Goodput) => format!(
+                    "{} ({:.1} % of limit)",
+                    fmt_rate(g),
+                    rec.utilization.unwrap_or(0.0) * 100.0
+                ),
+                (Some(_), _) => {
+                    let s = super::stats::Summary::of(&rec.samples);
+                    format!("{:.3} s", s.mean)
+                }
+            };
+            write_atomic(
+                &run_path(&opts.out, ci, rep),
+                &serde_json::to_string(&rec).unwrap(),
+            )?;
+            progress.done(i, &what, &summary);
+        }
+        drop(lab);
+    }
+    report::write_all(sc, &opts.out, &load_runs(sc, &opts.out))
+}
+
+fn interrupted(done: usize, total: usize) -> String {
+    format!(
+        "interrupted after {done} of {total} runs; run the same command again to resume \
+         (finished runs are kept)"
+    )
+}

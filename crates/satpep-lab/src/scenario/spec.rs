@@ -1,0 +1,933 @@
+//! Scenario files: what a user writes, and the list of cells it expands into.
+//!
+//! A scenario is one TOML document. Its top level holds the settings shared by every cell (link,
+//! PEP, hosts, traffic, duration, repetitions …); `[[config]]` tables name the configurations
+//! being compared, each a partial document laid over the base; `[[sweep]]` axes each set one
+//! dotted key (`link.both.ber`, `traffic.size`, `hosts.gateway.initcwnd`, …) to each of its
+//! values. A cell is base ⊕ config ⊕ one point of the sweep, checked like a whole file, so any
+//! setting can be swept and a bad one is reported with the config and point it came from.
+//! `[quick]` is laid over the whole document when `--quick` is given.
+
+use satpep_link::config::LinkSpec;
+use satpep_link::units::parse_duration_ns;
+use serde::{Deserialize, Serialize};
+use toml::{Table, Value};
+
+/// Keys of the document that are not part of a cell.
+const META_KEYS: [&str; 9] = [
+    "name",
+    "title",
+    "reproduces",
+    "notes",
+    "config",
+    "sweep",
+    "reference",
+    "quick",
+    "part",
+];
+
+/// A whole scenario, parsed and expanded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    /// Short name (results directory, report title).
+    pub name: String,
+    /// One-line description.
+    pub title: String,
+    /// The document section this reproduces, if any.
+    pub reproduces: Option<String>,
+    /// Free text for the report.
+    pub notes: Option<String>,
+    /// Its parts (one when the file has no `[[part]]`), each a sweep with its own table.
+    pub parts: Vec<Part>,
+    /// Every cell of every part, in run order.
+    pub cells: Vec<Cell>,
+    /// Laid over every cell last.
+    #[serde(skip)]
+    overrides: Table,
+}
+
+/// One experiment of a scenario: configurations × a sweep, reported as one table and plot.
+#[derive(Debug, Clone, Serialize)]
+pub struct Part {
+    /// Short name (file names of its plots).
+    pub name: String,
+    /// Heading in the report.
+    pub title: String,
+    /// Sweep axes in file order; the first is the x axis of plots and the row of tables.
+    pub axes: Vec<Axis>,
+    /// Configuration names in file order (one "default" when none are given).
+    pub configs: Vec<String>,
+    /// The documents' figures to show beside ours.
+    pub references: Vec<Reference>,
+}
+
+/// One sweep axis.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Axis {
+    /// Dotted key set by this axis, e.g. `link.both.ber`.
+    pub param: String,
+    /// Short label for tables and plots (default: the key's last part).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// The values, in order.
+    pub values: Vec<Value>,
+    /// Plot this axis on a log scale.
+    #[serde(default)]
+    pub log: bool,
+    /// Display names of the values (needed when values are tables, e.g. whole `traffic`
+    /// settings); references then name a value by its display name.
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+impl Axis {
+    /// Display text of this axis's value `v`.
+    pub fn show(&self, v: &Value) -> String {
+        match self.values.iter().position(|w| w == v) {
+            Some(i) if i < self.names.len() => self.names[i].clone(),
+            _ => fmt_value(v),
+        }
+    }
+
+    /// Label for tables and plots.
+    pub fn label(&self) -> String {
+        self.label
+            .clone()
+            .unwrap_or_else(|| self.param.rsplit('.').next().unwrap_or("").to_string())
+    }
+}
+
+/// One figure from a source document, for one configuration at one sweep point.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// The configuration it compares with.
+    pub config: String,
+    /// Sweep point, as key = value for each axis (missing axes match any value).
+    #[serde(default)]
+    pub at: Table,
+    /// The figure, in the unit of the scenario's main metric (bit/s or seconds).
+    pub value: f64,
+    /// Where it comes from, e.g. "Lawson 2006, Table 4.4".
+    pub source: String,
+}
+
+/// One cell: a configuration at one sweep point, ready to run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Cell {
+    /// Index in the scenario (also its results file name).
+    pub index: usize,
+    /// Index of its part.
+    pub part: usize,
+    /// Configuration name.
+    pub config: String,
+    /// The sweep point: one value per axis, in axis order.
+    pub point: Vec<Value>,
+    /// The merged, checked settings.
+    pub spec: CellSpec,
+}
+
+impl Cell {
+    /// "config, ber=1e-5, size=10KB" for progress lines and errors.
+    pub fn describe(&self, sc: &Scenario) -> String {
+        let part = &sc.parts[self.part];
+        let mut s = if sc.parts.len() > 1 {
+            format!("{}: {}", part.name, self.config)
+        } else {
+            self.config.clone()
+        };
+        for (a, v) in part.axes.iter().zip(&self.point) {
+            s.push_str(&format!(", {}={}", a.label(), a.show(v)));
+        }
+        s
+    }
+}
+
+/// A TOML value as a short string (no quotes around strings).
+pub fn fmt_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Float(f) if *f != 0.0 && (f.abs() < 1e-3 || f.abs() >= 1e6) => format!("{f:e}"),
+        Value::Float(f) => format!("{f}"),
+        other => other.to_string(),
+    }
+}
+
+/// Everything one cell runs with.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CellSpec {
+    /// Length of each bulk transfer, e.g. "30s" (other kinds: their time limit).
+    #[serde(default = "default_duration")]
+    pub duration: String,
+    /// Start of the measured part of a bulk transfer (goodput leaves out the warm-up).
+    #[serde(default = "zero")]
+    pub warmup: String,
+    /// Runs per cell (mean, standard deviation and 95 % interval are over these).
+    #[serde(default = "one")]
+    pub repetitions: u32,
+    /// Seed of the link's loss process; repetition k uses seed + k.
+    #[serde(default = "one_u64")]
+    pub seed: u64,
+    /// The link (a `satpep link` configuration: preset, both, forward, return, outage).
+    #[serde(default)]
+    pub link: LinkSpec,
+    /// The PEP.
+    #[serde(default)]
+    pub pep: PepSpec,
+    /// End hosts' and routers' TCP settings.
+    #[serde(default)]
+    pub hosts: HostsSpec,
+    /// What runs across the link.
+    #[serde(default)]
+    pub traffic: TrafficSpec,
+}
+
+fn default_duration() -> String {
+    "30s".into()
+}
+fn zero() -> String {
+    "0s".into()
+}
+fn one() -> u32 {
+    1
+}
+fn one_u64() -> u64 {
+    1
+}
+
+/// PEP settings of a cell.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PepSpec {
+    /// none, split, tunnel or adaptive (split with per-connection choice of controller).
+    #[serde(default = "none")]
+    pub mode: String,
+    /// Satellite-leg controller (split: a kernel or satpep BPF one; tunnel: satellite, hybla,
+    /// cubic, bbr, newreno).
+    #[serde(default)]
+    pub cc: Option<String>,
+    /// Split mode with one proxy, in the terminal only.
+    #[serde(default)]
+    pub terminal_only: bool,
+    /// fast or strict.
+    #[serde(default)]
+    pub handshake: Option<String>,
+}
+
+fn none() -> String {
+    "none".into()
+}
+
+impl Default for PepSpec {
+    fn default() -> Self {
+        PepSpec {
+            mode: none(),
+            cc: None,
+            terminal_only: false,
+            handshake: None,
+        }
+    }
+}
+
+/// TCP settings of one host (its namespace's sysctls and routes).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostTcp {
+    /// Selective acknowledgements (net.ipv4.tcp_sack).
+    pub sack: Option<bool>,
+    /// Window scaling (net.ipv4.tcp_window_scaling); off caps windows at 64 KB.
+    pub window_scaling: Option<bool>,
+    /// Timestamps (net.ipv4.tcp_timestamps).
+    pub timestamps: Option<bool>,
+    /// Initial congestion window in segments (route initcwnd).
+    pub initcwnd: Option<u32>,
+    /// Initial receive window in segments (route initrwnd).
+    pub initrwnd: Option<u32>,
+    /// Largest receive buffer, e.g. "64KB" (net.ipv4.tcp_rmem's maximum).
+    pub rmem_max: Option<String>,
+    /// Largest send buffer (net.ipv4.tcp_wmem's maximum).
+    pub wmem_max: Option<String>,
+    /// The host's own congestion control (net.ipv4.tcp_congestion_control).
+    pub cc: Option<String>,
+    /// MSS advertised to peers, bytes (route advmss).
+    pub mss: Option<u32>,
+    /// Acknowledge every segment at once instead of delaying ACKs (route quickack).
+    pub quickack: Option<bool>,
+}
+
+impl HostTcp {
+    /// `self` with `o`'s settings on top.
+    pub fn overlaid(&self, o: &HostTcp) -> HostTcp {
+        macro_rules! pick {
+            ($($f:ident),*) => { HostTcp { $($f: o.$f.clone().or_else(|| self.$f.clone()),)* } };
+        }
+        pick!(
+            sack,
+            window_scaling,
+            timestamps,
+            initcwnd,
+            initrwnd,
+            rmem_max,
+            wmem_max,
+            cc,
+            mss,
+            quickack
+        )
+    }
+}
+
+/// TCP settings per host; `both` applies to client and server, under their own.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostsSpec {
+    /// Client and server.
+    #[serde(default)]
+    pub both: HostTcp,
+    /// The client.
+    #[serde(default)]
+    pub client: HostTcp,
+    /// The server.
+    #[serde(default)]
+    pub server: HostTcp,
+    /// The terminal-side router or PEP (its routes also shape the PEP's satellite leg).
+    #[serde(default)]
+    pub terminal: HostTcp,
+    /// The gateway-side router or PEP.
+    #[serde(default)]
+    pub gateway: HostTcp,
+}
+
+/// Traffic of a cell. Which fields apply depends on `kind`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TrafficSpec {
+    /// bulk (iperf3), http (downloads from nginx with curl), page (a web page of several
+    /// objects) or interactive (small request/responses on one connection).
+    #[serde(default = "bulk")]
+    pub kind: String,
+    /// bulk: number of flows.
+    #[serde(default = "one")]
+    pub flows: u32,
+    /// bulk: delay between flow starts; all flows end together.
+    #[serde(default = "zero")]
+    pub stagger: String,
+    /// bulk: the senders' congestion controls, one per flow (cycled); default the host's.
+    #[serde(default)]
+    pub cc: Vec<String>,
+    /// bulk: download (server sends) or upload.
+    #[serde(default = "download")]
+    pub direction: String,
+    /// bulk: socket buffer (iperf3 -w), which caps the window, e.g. "64KB".
+    #[serde(default)]
+    pub window: Option<String>,
+    /// http: file size, e.g. "100KB"; interactive: response size.
+    #[serde(default)]
+    pub size: Option<String>,
+    /// http: downloads per repetition, one after another, each on a new connection;
+    /// interactive: requests.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// page: object sizes, the first one being the HTML document fetched first.
+    #[serde(default)]
+    pub objects: Vec<String>,
+    /// page: parallel connections for the objects after the first.
+    #[serde(default = "one")]
+    pub connections: u32,
+}
+
+fn bulk() -> String {
+    "bulk".into()
+}
+fn download() -> String {
+    "download".into()
+}
+
+impl Default for TrafficSpec {
+    fn default() -> Self {
+        TrafficSpec {
+            kind: bulk(),
+            flows: 1,
+            stagger: zero(),
+            cc: Vec::new(),
+            direction: download(),
+            window: None,
+            size: None,
+            count: 1,
+            objects: Vec::new(),
+            connections: 1,
+        }
+    }
+}
+
+/// The main metric of a traffic kind: what tables show and plots draw.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Metric {
+    /// Goodput, bit/s (bulk).
+    Goodput,
+    /// Seconds to complete (http, page).
+    Time,
+    /// Seconds per request/response (interactive).
+    Latency,
+}
+
+impl Metric {
+    /// Column heading.
+    pub fn heading(self) -> &'static str {
+        match self {
+            Metric::Goodput => "goodput",
+            Metric::Time => "completion time",
+            Metric::Latency => "response time",
+        }
+    }
+}
+
+/// A parsed size in bytes ("64KB", "1MB", "100B", "1.5MiB", or a bare number).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 100KB, 1MB, 512B)"))?;
+    let mult = match unit.trim() {
+        "" | "B" => 1.0,
+        "KB" | "kB" | "K" | "k" => 1e3,
+        "MB" | "M" => 1e6,
+        "GB" | "G" => 1e9,
+        "KiB" => 1024.0,
+        "MiB" => 1048576.0,
+        "GiB" => 1073741824.0,
+        u => {
+            return Err(format!(
+                "'{s}': unknown size unit '{u}' (B, KB, MB, GB, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    let v = n * mult;
+    if !(1.0..=1e12).contains(&v) {
+        return Err(format!("'{s}': a size must be between 1 B and 1 TB"));
+    }
+    Ok(v.round() as u64)
+}
+
+/// Seconds in a duration string.
+pub fn secs(s: &str) -> Result<f64, String> {
+    parse_duration_ns(s)
+        .map(|ns| ns as f64 / 1e9)
+        .map_err(|e| e.to_string())
+}
+
+impl CellSpec {
+    /// The main metric of this cell's traffic.
+    pub fn metric(&self) -> Metric {
+        match self.traffic.kind.as_str() {
+            "bulk" => Metric::Goodput,
+            "interactive" => Metric::Latency,
+            _ => Metric::Time,
+        }
+    }
+
+    /// Settings of `host` (client and server include `both`).
+    pub fn host(&self, host: crate::Host) -> HostTcp {
+        use crate::Host::*;
+        match host {
+            Client => self.hosts.both.overlaid(&self.hosts.client),
+            Server => self.hosts.both.overlaid(&self.hosts.server),
+            Terminal => self.hosts.terminal.clone(),
+            Gateway => self.hosts.gateway.clone(),
+            Link => HostTcp::default(),
+        }
+    }
+
+    /// The link with its preset applied.
+    pub fn link_spec(&self) -> Result<LinkSpec, String> {
+        LinkSpec::layered(&[&self.link])
+    }
+
+    /// Checks everything that can be checked before a lab exists.
+    pub fn check(&self) -> Result<(), String> {
+        let d = secs(&self.duration).map_err(|e| format!("duration: {e}"))?;
+        if !(1.0..=86_400.0).contains(&d) {
+            return Err(format!(
+                "duration '{}': must be between 1 s and 24 h",
+                self.duration
+            ));
+        }
+        let w = secs(&self.warmup).map_err(|e| format!("warmup: {e}"))?;
+        if w >= d {
+            return Err(format!(
+                "warmup '{}' must be shorter than duration '{}'",
+                self.warmup, self.duration
+            ));
+        }
+        if !(1..=1000).contains(&self.repetitions) {
+            return Err(format!(
+                "repetitions = {}: must be between 1 and 1000",
+                self.repetitions
+            ));
+        }
+        self.link_spec()
+            .and_then(|l| l.resolve())
+            .map_err(|e| format!("link: {e}"))?;
+        let p = &self.pep;
+        match p.mode.as_str() {
+            "none" => {
+                if p.cc.is_some() || p.terminal_only || p.handshake.is_some() {
+                    return Err("pep.cc, pep.terminal_only and pep.handshake need pep.mode split, tunnel or adaptive".into());
+                }
+            }
+            "split" | "adaptive" => {
+                if p.mode == "adaptive" && p.cc.is_some() {
+                    return Err("pep.cc: mode adaptive chooses the controller itself".into());
+                }
+            }
+            "tunnel" => {
+                if p.terminal_only {
+                    return Err("pep.terminal_only is for mode split: a tunnel has two ends".into());
+                }
+                satpep_tunnel::congestion::Algorithm::parse(p.cc.as_deref().unwrap_or("satellite"))
+                    .map_err(|e| format!("pep.cc: {e}"))?;
+            }
+            other => {
+                return Err(format!(
+                    "pep.mode '{other}': unknown (none, split, tunnel, adaptive)"
+                ))
+            }
+        }
+        if let Some(h) = &p.handshake {
+            if h != "fast" && h != "strict" {
+                return Err(format!("pep.handshake '{h}': fast or strict"));
+            }
+        }
+        for host in crate::Host::ALL {
+            let h = self.host(host);
+            let n = host.name();
+            for (k, v) in [("rmem_max", &h.rmem_max), ("wmem_max", &h.wmem_max)] {
+                if let Some(v) = v {
+                    let b = parse_size(v).map_err(|e| format!("hosts.{n}.{k}: {e}"))?;
+                    if !(4096..=1 << 31).contains(&b) {
+                        return Err(format!("hosts.{n}.{k} '{v}': between 4 KB and 2 GB"));
+                    }
+                }
+            }
+            for (k, v, lo, hi) in [
+                ("initcwnd", h.initcwnd, 1, 1000),
+                ("initrwnd", h.initrwnd, 1, 1000),
+                ("mss", h.mss, 88, 65495),
+            ] {
+                if let Some(v) = v {
+                    if !(lo..=hi).contains(&v) {
+                        return Err(format!("hosts.{n}.{k} = {v}: between {lo} and {hi}"));
+                    }
+                }
+            }
+            if let Some(cc) = &h.cc {
+                check_cc_name(cc).map_err(|e| format!("hosts.{n}.cc: {e}"))?;
+            }
+        }
+        self.check_traffic().map_err(|e| format!("traffic.{e}"))
+    }
+
+    fn check_traffic(&self) -> Result<(), String> {
+        let t = &self.traffic;
+        let kind = t.kind.as_str();
+        let allowed: &[&str] = match kind {
+            "bulk" => &["flows", "stagger", "cc", "direction", "window"],
+            "http" => &["size", "count"],
+            "page" => &["objects", "connections"],
+            "interactive" => &["size", "count"],
+            other => {
+                return Err(format!(
+                    "kind '{other}': unknown (bulk, http, page, interactive)"
+                ))
+            }
+        };
+        let d = TrafficSpec::default();
+        let set: [(&str, bool); 9] = [
+            ("flows", t.flows != d.flows),
+            ("stagger", t.stagger != d.stagger),
+            ("cc", t.cc != d.cc),
+            ("direction", t.direction != d.direction),
+            ("window", t.window.is_some()),
+            ("size", t.size.is_some()),
+            ("count", t.count != d.count),
+            ("objects", !t.objects.is_empty()),
+            ("connections", t.connections != d.connections),
+        ];
+        for (k, is_set) in set {
+            if is_set && !allowed.contains(&k) {
+                return Err(format!("{k}: does not apply to kind = \"{kind}\""));
+            }
+        }
+        match kind {
+            "bulk" => {
+                if !(1..=64).contains(&t.flows) {
+                    return Err(format!("flows = {}: between 1 and 64", t.flows));
+                }
+                let st = secs(&t.stagger).map_err(|e| format!("stagger: {e}"))?;
+                let d = secs(&self.duration).unwrap_or(0.0);
+                if st * (t.flows as f64 - 1.0) >= d - 1.0 && t.flows > 1 {
+                    return Err(format!(
+                        "stagger '{}': the last of {} flows would start after the {} run ends",
+                        t.stagger, t.flows, self.duration
+                    ));
+                }
+                for cc in &t.cc {
+                    check_cc_name(cc).map_err(|e| format!("cc: {e}"))?;
+                }
+                if t.direction != "download" && t.direction != "upload" {
+                    return Err(format!("direction '{}': download or upload", t.direction));
+                }
+                if let Some(w) = &t.window {
+                    parse_size(w).map_err(|e| format!("window: {e}"))?;
+                }
+            }
+            "http" | "interactive" => {
+                let s = t
+                    .size
+                    .as_ref()
+                    .ok_or_else(|| format!("size: kind \"{kind}\" needs a size, e.g. \"100KB\""))?;
+                parse_size(s).map_err(|e| format!("size: {e}"))?;
+                if !(1..=10_000).contains(&t.count) {
+                    return Err(format!("count = {}: between 1 and 10000", t.count));
+                }
+            }
+            _ => {
+                if t.objects.is_empty() {
+                    return Err("objects: a page needs at least its HTML document's size".into());
+                }
+                for o in &t.objects {
+                    parse_size(o).map_err(|e| format!("objects: {e}"))?;
+                }
+                if !(1..=64).contains(&t.connections) {
+                    return Err(format!("connections = {}: between 1 and 64", t.connections));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A congestion control name must look like one; whether it exists is checked when it is used
+/// (satpep's BPF ones are loaded then).
+fn check_cc_name(cc: &str) -> Result<(), String> {
+    if cc.is_empty() || cc.len() > 15 || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(format!("'{cc}' is not a congestion control name"));
+    }
+    Ok(())
+}
+
+/// Lays `over` on `base`: tables merge key by key, anything else replaces.
+pub fn merge(base: &mut Table, over: &Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(Value::Table(b)), Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// Sets the dotted key `path` in `t` to `v`, creating tables on the way.
+pub fn set_path(t: &mut Table, path: &str, v: Value) -> Result<(), String> {
+    let parts: Vec<&str> = path.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("'{path}' is not a dotted key"));
+    }
+    let mut cur = t;
+    for p in &parts[..parts.len() - 1] {
+        let e = cur
+            .entry(p.to_string())
+            .or_insert_with(|| Value::Table(Table::new()));
+        cur = match e {
+            Value::Table(t) => t,
+            _ => return Err(format!("'{path}': '{p}' is a value, not a table")),
+        };
+    }
+    cur.insert(parts[parts.len() - 1].to_string(), v);
+    Ok(())
+}
+
+fn take_str(doc: &mut Table, key: &str) -> Result<Option<String>, String> {
+    match doc.remove(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(format!("{key}: expected a string, found {}", v.type_str())),
+    }
+}
+
+fn take_array<T: serde::de::DeserializeOwned>(
+    doc: &mut Table,
+    key: &str,
+) -> Result<Vec<T>, String> {
+    match doc.remove(key) {
+        None => Ok(Vec::new()),
+        Some(v @ Value::Array(_)) => v
+            .try_into()
+            .map_err(|e: toml::de::Error| format!("{key}: {}", e.message().trim())),
+        Some(v) => Err(format!(
+            "{key}: expected [[{key}]] tables, found {}",
+            v.type_str()
+        )),
+    }
+}
+
+fn apply_quick(doc: &mut Table, quick: bool, what: &str) -> Result<(), String> {
+    match doc.remove("quick") {
+        None => Ok(()),
+        Some(Value::Table(q)) => {
+            if quick {
+                merge(doc, &q);
+            }
+            Ok(())
+        }
+        Some(v) => Err(format!(
+            "{what}quick: expected a table, found {}",
+            v.type_str()
+        )),
+    }
+}
+
+impl Scenario {
+    /// Parses a scenario from TOML text; `quick` applies the `[quick]` tables. Every cell is
+    /// checked, so a bad setting anywhere fails here, before any lab is built.
+    pub fn parse(text: &str, quick: bool) -> Result<Scenario, String> {
+        Scenario::parse_with(text, quick, &Table::new())
+    }
+
+    /// [`Scenario::parse`], with `overrides` laid over every cell last (e.g. a duration given
+    /// on the command line).
+    pub fn parse_with(text: &str, quick: bool, overrides: &Table) -> Result<Scenario, String> {
+        let mut doc: Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        apply_quick(&mut doc, quick, "")?;
+        let name = take_str(&mut doc, "name")?.ok_or("name: a scenario needs a name")?;
+        crate::topology::check_name(&name).map_err(|e| format!("name: {e}"))?;
+        let title = take_str(&mut doc, "title")?.unwrap_or_else(|| name.clone());
+        let reproduces = take_str(&mut doc, "reproduces")?;
+        let notes = take_str(&mut doc, "notes")?;
+        let part_tables: Vec<Table> = take_array(&mut doc, "part")?;
+        let mut sc = Scenario {
+            overrides: overrides.clone(),
+            name: name.clone(),
+            title: title.clone(),
+            reproduces,
+            notes,
+            parts: Vec::new(),
+            cells: Vec::new(),
+        };
+        if part_tables.is_empty() {
+            sc.add_part(&Table::new(), doc, name, title)?;
+        } else {
+            for k in ["sweep", "config", "reference"] {
+                if doc.contains_key(k) {
+                    return Err(format!(
+                        "{k}: goes inside each [[part]] when parts are used"
+                    ));
+                }
+            }
+            for (i, mut p) in part_tables.into_iter().enumerate() {
+                let pname = take_str(&mut p, "name")
+                    .map_err(|e| format!("part #{}: {e}", i + 1))?
+                    .ok_or(format!("part #{}: needs a name", i + 1))?;
+                if sc.parts.iter().any(|q| q.name == pname) {
+                    return Err(format!("part '{pname}': the name is used twice"));
+                }
+                apply_quick(&mut p, quick, &format!("part '{pname}': "))?;
+                let ptitle = take_str(&mut p, "title")
+                    .map_err(|e| format!("part '{pname}': {e}"))?
+                    .unwrap_or_else(|| pname.clone());
+                sc.add_part(&doc, p, pname.clone(), ptitle).map_err(|e| {
+                    if e.starts_with(&pname) {
+                        e
+                    } else {
+                        format!("part '{pname}': {e}")
+                    }
+                })?;
+            }
+        }
+        Ok(sc)
+    }
+
+    /// Adds a part: `own` (its sweep, configs, references and settings) over `base`.
+    fn add_part(
+        &mut self,
+        base: &Table,
+        mut own: Table,
+        name: String,
+        title: String,
+    ) -> Result<(), String> {
+        let axes: Vec<Axis> = take_array(&mut own, "sweep")?;
+        let configs: Vec<Table> = take_array(&mut own, "config")?;
+        let references: Vec<Reference> = take_array(&mut own, "reference")?;
+        let mut doc = base.clone();
+        merge(&mut doc, &own);
+        for a in &axes {
+            if a.values.is_empty() {
+                return Err(format!("sweep '{}': no values", a.param));
+            }
+            if META_KEYS.contains(&a.param.split('.').next().unwrap_or("")) {
+                return Err(format!("sweep '{}': cannot sweep over that key", a.param));
+            }
+            if !a.names.is_empty() && a.names.len() != a.values.len() {
+                return Err(format!(
+                    "sweep '{}': {} names for {} values",
+                    a.param,
+                    a.names.len(),
+                    a.values.len()
+                ));
+            }
+        }
+        let mut named = Vec::new();
+        for (i, mut c) in configs.into_iter().enumerate() {
+            let n = take_str(&mut c, "name")
+                .map_err(|e| format!("config #{}: {e}", i + 1))?
+                .ok_or(format!("config #{}: needs a name", i + 1))?;
+            if named.iter().any(|(m, _)| m == &n) {
+                return Err(format!("config '{n}': the name is used twice"));
+            }
+            named.push((n, c));
+        }
+        if named.is_empty() {
+            named.push(("default".to_string(), Table::new()));
+        }
+        for r in &references {
+            if !named.iter().any(|(n, _)| n == &r.config) {
+                return Err(format!(
+                    "reference from '{}': no config named '{}'",
+                    r.source, r.config
+                ));
+            }
+            for k in r.at.keys() {
+                if !axes.iter().any(|a| &a.param == k) {
+                    return Err(format!(
+                        "reference from '{}': '{k}' is not a sweep axis",
+                        r.source
+                    ));
+                }
+            }
+        }
+        let part = Part {
+            name,
+            title,
+            axes,
+            configs: named.iter().map(|(n, _)| n.clone()).collect(),
+            references,
+        };
+        // Sweep points, first axis slowest, so a table's rows come in file order.
+        let mut points: Vec<Vec<Value>> = vec![Vec::new()];
+        for a in &part.axes {
+            points = points
+                .into_iter()
+                .flat_map(|p| {
+                    a.values.iter().map(move |v| {
+                        let mut q = p.clone();
+                        q.push(v.clone());
+                        q
+                    })
+                })
+                .collect();
+        }
+        let pi = self.parts.len();
+        self.parts.push(part);
+        for point in &points {
+            for (cname, overlay) in &named {
+                let mut t = doc.clone();
+                merge(&mut t, overlay);
+                for (a, v) in self.parts[pi].axes.iter().zip(point) {
+                    set_path(&mut t, &a.param, v.clone()).map_err(|e| format!("sweep: {e}"))?;
+                }
+                merge(&mut t, &self.overrides);
+                let mut cell = Cell {
+                    index: self.cells.len(),
+                    part: pi,
+                    config: cname.clone(),
+                    point: point.clone(),
+                    spec: CellSpec::default_for_errors(),
+                };
+                let where_ = cell.describe(self);
+                cell.spec = Value::Table(t)
+                    .try_into()
+                    .map_err(|e: toml::de::Error| format!("{where_}: {}", e.message().trim()))?;
+                cell.spec.check().map_err(|e| format!("{where_}: {e}"))?;
+                self.cells.push(cell);
+            }
+        }
+        Ok(())
+    }
+
+    /// The scenario reduced to its part `name` (cells renumbered).
+    pub fn only(mut self, name: &str) -> Result<Scenario, String> {
+        let Some(p) = self.parts.iter().position(|q| q.name == name) else {
+            return Err(format!(
+                "--only {name}: no such part (parts: {})",
+                self.parts
+                    .iter()
+                    .map(|q| q.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        };
+        self.name = format!("{}-{name}", self.name);
+        self.parts = vec![self.parts.swap_remove(p)];
+        self.cells.retain(|c| c.part == p);
+        for (i, c) in self.cells.iter_mut().enumerate() {
+            c.index = i;
+            c.part = 0;
+        }
+        Ok(self)
+    }
+
+    /// The cells of part `p`.
+    pub fn part_cells(&self, p: usize) -> impl Iterator<Item = &Cell> {
+        self.cells.iter().filter(move |c| c.part == p)
+    }
+
+    /// The main metric of part `p` (that of its first cell).
+    pub fn metric(&self, p: usize) -> Metric {
+        self.part_cells(p)
+            .next()
+            .map(|c| c.spec.metric())
+            .unwrap_or(Metric::Goodput)
+    }
+
+    /// The document's figure for `cell`, if one was given.
+    pub fn reference(&self, cell: &Cell) -> Option<&Reference> {
+        let part = &self.parts[cell.part];
+        part.references.iter().find(|r| {
+            r.config == cell.config
+                && r.at.iter().all(|(k, v)| {
+                    part.axes
+                        .iter()
+                        .position(|a| &a.param == k)
+                        .is_some_and(|i| {
+                            let a = &part.axes[i];
+                            values_equal(&cell.point[i], v)
+                                || matches!(v, Value::String(s) if *s == a.show(&cell.point[i]))
+                        })
+                })
+        })
+    }
+}
+
+/// Equality of sweep values, with integers and floats compared as numbers.
+pub fn values_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Integer(x), Value::Float(y)) | (Value::Float(y), Value::Integer(x)) => {
+            (*x as f64 - y).abs() <= 1e-12 * y.abs()
+        }
+        (Value::Float(x), Value::Float(y)) => (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
+        _ => a == b,
+    }
+}
+
+impl CellSpec {
+    fn default_for_errors() -> CellSpec {
+        toml::from_str("").expect("an empty cell has defaults")
+    }
+}
