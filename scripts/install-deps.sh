@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what satpep's lab and tests need on Debian/Ubuntu (run as root). Idempotent.
 set -euo pipefail
-pkgs=(iproute2 nftables iptables iperf3 ethtool iputils-ping tcpdump nginx-light procps ca-certificates curl build-essential pkg-config clang libelf-dev zlib1g-dev libbpf-dev bpftool)
+pkgs=(iproute2 nftables iptables iperf3 ethtool iputils-ping tcpdump nginx-light fonts-dejavu-core procps ca-certificates curl build-essential pkg-config clang libelf-dev zlib1g-dev libbpf-dev bpftool)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

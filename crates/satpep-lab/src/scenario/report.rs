@@ -31,6 +31,10 @@ pub struct CellResult {
     pub jain: Summary,
     /// Satellite-leg sender's retransmissions per run.
     pub leg_retransmits: Summary,
+    /// Frames the emulator dropped as corrupted per run (both directions).
+    pub link_errors: Summary,
+    /// Frames the emulator's queues dropped per run (both directions).
+    pub queue_drops: Summary,
     /// Failed transfers over all runs.
     pub failures: u32,
     /// The document's figure, if any.
@@ -64,6 +68,18 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 utilization: Summary::of(&util),
                 jain: Summary::of(&jain),
                 leg_retransmits: Summary::of(&retr),
+                link_errors: Summary::of(
+                    &mine
+                        .iter()
+                        .map(|r| (r.link.fwd_errors + r.link.ret_errors) as f64)
+                        .collect::<Vec<_>>(),
+                ),
+                queue_drops: Summary::of(
+                    &mine
+                        .iter()
+                        .map(|r| (r.link.fwd_queue_drops + r.link.ret_queue_drops) as f64)
+                        .collect::<Vec<_>>(),
+                ),
                 failures: mine.iter().map(|r| r.failures).sum(),
                 reference: reference.map(|r| r.value),
                 reference_source: reference.map(|r| r.source.clone()),
@@ -115,6 +131,15 @@ fn fmt_summary(s: &Summary, div: f64) -> String {
         return fmt_num(s.mean / div);
     }
     format!("{} ± {}", fmt_num(s.mean / div), fmt_num(s.ci95 / div))
+}
+
+/// A count's mean (± CI), whole numbers.
+fn fmt_count(s: &Summary) -> String {
+    match s.n {
+        0 => "–".into(),
+        1 => format!("{:.0}", s.mean),
+        _ => format!("{:.0} ± {:.0}", s.mean, s.ci95),
+    }
 }
 
 /// A table: header and rows of cells.
@@ -375,7 +400,17 @@ fn part_tables(
         }
         tables.push((
             "satellite-leg sender's retransmitted segments per run".into(),
-            grid(part, res, &|r| fmt_summary(&r.leg_retransmits, 1.0)),
+            grid(part, res, &|r| fmt_count(&r.leg_retransmits)),
+        ));
+        tables.push((
+            "emulator: frames corrupted / dropped by the queue per run (both directions)".into(),
+            grid(part, res, &|r| {
+                format!(
+                    "{} / {}",
+                    fmt_count(&r.link_errors),
+                    fmt_count(&r.queue_drops)
+                )
+            }),
         ));
     }
     tables
@@ -521,10 +556,13 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
             let _ = writeln!(md, "{h} {title}\n\n{}", t.markdown());
             let _ = writeln!(html, "<h3>{}</h3>\n{}", esc(&title), t.html());
         }
-        if !part.references.is_empty() {
-            let mut sources: Vec<&str> =
-                part.references.iter().map(|r| r.source.as_str()).collect();
-            sources.dedup();
+        let mut sources: Vec<&str> = pres
+            .iter()
+            .filter_map(|r| r.reference_source.as_deref())
+            .collect();
+        sources.sort_unstable();
+        sources.dedup();
+        if !sources.is_empty() {
             let s = format!(
                 "(doc X): the source document's figure for that cell ({}).",
                 sources.join("; ")
@@ -745,5 +783,93 @@ fn opt(v: Option<f64>) -> String {
     match v {
         Some(x) if x.is_finite() => format!("{x}"),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::traffic::RunRecord;
+
+    fn rec(cell: usize, repetition: u32, v: f64) -> RunRecord {
+        RunRecord {
+            cell,
+            repetition,
+            seed: 1,
+            samples: vec![v],
+            utilization: Some(v / 10e6),
+            jain: None,
+            flows: vec![],
+            sockets: vec![],
+            leg_retransmits: 3,
+            failures: 0,
+            errors: vec![],
+            link: Default::default(),
+        }
+    }
+
+    #[test]
+    fn tables_carry_mean_interval_and_the_documents_figure() {
+        let sc = Scenario::parse(
+            r#"
+name = "r"
+title = "report test"
+duration = "5s"
+repetitions = 3
+[link]
+both = { rate = "10Mbit", delay = "10ms" }
+[[sweep]]
+param = "link.both.ber"
+label = "BER"
+values = [1e-6, 1e-5]
+log = true
+[[config]]
+name = "a"
+[[config]]
+name = "b"
+[[reference]]
+config = "b"
+at = { "link.both.ber" = 1e-5 }
+value = 2.5e6
+source = "Doc 1999, Table 1"
+"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!(sc.cells.len(), 4);
+        // Cell order: BER 1e-6 (a, b), BER 1e-5 (a, b).
+        let mut runs = Vec::new();
+        for (cell, base) in [(0, 8e6), (1, 9e6), (2, 1e6), (3, 3e6)] {
+            for (k, d) in [-0.1e6, 0.0, 0.1e6].iter().enumerate() {
+                runs.push(rec(cell, k as u32, base + d));
+            }
+        }
+        // One run of cell 2 failed.
+        runs[6].samples.clear();
+        runs[6].utilization = None;
+        runs[6].failures = 1;
+        runs[6].errors.push("flow 0: connection reset".into());
+        let dir = std::env::temp_dir().join(format!("satpep-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let md = write_all(&sc, &dir, &runs).unwrap();
+        // Mean ± t(2) · sd / √3 with sd = 0.1 Mbit/s: 4.303 × 0.1 / 1.732 = 0.248.
+        assert!(
+            md.contains("| 1e-6 | 8.00 ± 0.248 | 9.00 ± 0.248 |"),
+            "{md}"
+        );
+        // Two samples left in cell 2: t(1) · 0.0707 / 1.414 = 0.635; the failure is marked.
+        assert!(
+            md.contains("| 1e-5 | 1.05 ± 0.635 [1 failed] | 3.00 ± 0.248 (doc 2.50) |"),
+            "{md}"
+        );
+        assert!(md.contains("Doc 1999, Table 1"));
+        assert!(md.contains("connection reset"));
+        let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+        assert_eq!(summary.lines().count(), 5);
+        assert!(
+            summary.lines().nth(4).unwrap().ends_with(",2500000"),
+            "{summary}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,0 +1,407 @@
+//! `satpep lab run FILE.toml`: scenarios are checked before anything runs, run real traffic
+//! on a real lab, write their reports, and resume after an interrupt.
+
+mod common;
+
+use common::{namespaces_with, require_root, satpep};
+use satpep_lab::scenario::hosts::HostTuner;
+use satpep_lab::scenario::spec::HostTcp;
+use satpep_lab::Host;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("satpep-sc-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `satpep lab run` on scenario text; returns (success, stdout, stderr).
+fn run_text(dir: &Path, text: &str, extra: &[&str]) -> (bool, String, String) {
+    let f = dir.join("s.toml");
+    std::fs::write(&f, text).unwrap();
+    let out = satpep()
+        .args(["lab", "run", f.to_str().unwrap(), "--out"])
+        .arg(dir.join("out"))
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const BASE: &str =
+    "name = \"t\"\nduration = \"3s\"\n[link]\nboth = { rate = \"20Mbit\", delay = \"25ms\" }\n";
+
+#[test]
+fn bad_scenarios_are_refused_with_the_key_named() {
+    let dir = tmpdir("bad");
+    let cases: &[(&str, &str)] = &[
+        ("[traffic]\nflowz = 2\n", "flowz"),
+        ("[pep]\nmode = \"bogus\"\n", "pep.mode 'bogus'"),
+        ("[traffic]\nkind = \"http\"\n", "traffic.size"),
+        ("[traffic]\nkind = \"http\"\nsize = \"1KB\"\nflows = 2\n", "traffic.flows: does not apply"),
+        ("[traffic]\nkind = \"page\"\n", "traffic.objects"),
+        ("[hosts.client]\ninitcwnd = 0\n", "hosts.client.initcwnd"),
+        ("[hosts.server]\nrmem_max = \"lots\"\n", "hosts.server.rmem_max"),
+        ("[hosts.server]\ncc = \"no such cc!\"\n", "hosts.server.cc"),
+        ("repetitions = 0\n", "repetitions"),
+        ("warmup = \"5s\"\n", "warmup"),
+        ("[[sweep]]\nparam = \"link.both.ber\"\nvalues = [0.0, 2.0]\n", "ber=2"),
+        ("[[sweep]]\nparam = \"link.both.bre\"\nvalues = [0.0]\n", "bre"),
+        ("[[sweep]]\nparam = \"name\"\nvalues = [\"x\"]\n", "cannot sweep"),
+        ("[[config]]\nname = \"a\"\n[[config]]\nname = \"a\"\n", "used twice"),
+        ("[[config]]\nname = \"a\"\n[[reference]]\nconfig = \"b\"\nvalue = 1.0\nsource = \"x\"\n", "no config named 'b'"),
+        ("[[config]]\nname = \"a\"\npep = { mode = \"tunnel\", cc = \"warp\" }\n", "pep.cc"),
+        ("[[part]]\ntitle = \"no name\"\n", "part #1: needs a name"),
+    ];
+    for (extra, want) in cases {
+        let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);
+        assert!(!ok, "{extra:?} was accepted");
+        assert!(
+            err.contains(want),
+            "{extra:?}: error {err:?} does not name {want:?}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let out = satpep()
+        .args(["lab", "run", "no-such-preset"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("lawson2006") && err.contains("link-accuracy"),
+        "{err}"
+    );
+    let out = satpep().args(["lab", "run", "--list"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for p in [
+        "demo",
+        "lawson2006",
+        "bharadwaj1999",
+        "urke2011",
+        "shao2002",
+        "vanzara2017",
+    ] {
+        assert!(text.contains(p), "--list lacks {p}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A scenario with every traffic kind, two configurations and a sweep.
+const SMALL: &str = r#"
+name = "small"
+title = "small test scenario"
+reproduces = "nothing"
+duration = "3s"
+seed = 7
+
+[link]
+both = { rate = "20Mbit", delay = "25ms" }
+
+[[part]]
+name = "bulk"
+traffic = { kind = "bulk", flows = 2 }
+
+[[part.sweep]]
+param = "link.both.ber"
+label = "BER"
+values = [0.0, 1e-5]
+
+[[part.config]]
+name = "end-to-end"
+
+[[part.config]]
+name = "split"
+pep = { mode = "split" }
+
+[[part.reference]]
+config = "split"
+at = { "link.both.ber" = 0.0 }
+value = 12345678.0
+source = "a made-up figure"
+
+[[part]]
+name = "http"
+traffic = { kind = "http", size = "200KB", count = 2 }
+duration = "20s"
+
+[[part]]
+name = "page"
+traffic = { kind = "page", objects = ["1KB", "30KB", "30KB", "50KB"], connections = 2 }
+duration = "20s"
+
+[[part]]
+name = "rr"
+traffic = { kind = "interactive", size = "100B", count = 5 }
+duration = "20s"
+"#;
+
+fn runs_in(out: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(out.join("runs"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
+    require_root();
+    let dir = tmpdir("small");
+    let out = dir.join("out");
+    let f = dir.join("s.toml");
+    std::fs::write(&f, SMALL).unwrap();
+    let before = namespaces_with("sp-sc-");
+
+    // Interrupt after the first run is saved.
+    let mut child = satpep()
+        .args([
+            "lab",
+            "run",
+            f.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while runs_in(&out).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no run saved within 60 s"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "an interrupted run must fail");
+    assert!(
+        err.contains("interrupted") && err.contains("resume"),
+        "{err}"
+    );
+    assert_eq!(
+        namespaces_with("sp-sc-"),
+        before,
+        "the interrupted run left namespaces"
+    );
+    let saved = runs_in(&out);
+    assert!(!saved.is_empty() && saved.len() < 7, "{saved:?}");
+    let first = std::fs::read_to_string(out.join("runs").join(&saved[0])).unwrap();
+
+    // Resume: only the missing runs are made.
+    let o = satpep()
+        .args([
+            "lab",
+            "run",
+            f.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("resuming: {} of 7 runs", saved.len())),
+        "{err}"
+    );
+    assert_eq!(runs_in(&out).len(), 7);
+    assert_eq!(
+        std::fs::read_to_string(out.join("runs").join(&saved[0])).unwrap(),
+        first,
+        "a saved run was redone"
+    );
+    assert_eq!(namespaces_with("sp-sc-"), before, "the run left namespaces");
+
+    // The results: JSON on stdout, and the files.
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("--json prints JSON");
+    let cells = j["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 7);
+    let limit = 20e6 * 1448.0 / 1514.0;
+    for c in &cells[..4] {
+        let g = c["metric"]["mean"].as_f64().unwrap();
+        assert!(
+            g > 1e6 && g < limit * 1.02,
+            "bulk goodput {g} outside (1 Mbit/s, limit)"
+        );
+        let jain = c["jain"]["mean"].as_f64().unwrap();
+        assert!((0.5..=1.0).contains(&jain), "Jain {jain}");
+        assert_eq!(c["failures"], 0, "{c}");
+    }
+    // Loss-free split fills most of the link.
+    let u = cells[1]["utilization"]["mean"].as_f64().unwrap();
+    assert!(u > 0.6, "split at BER 0: {u}");
+    assert_eq!(cells[1]["reference"], 12345678.0);
+    // http: two downloads of 200 KB, each at least one RTT plus serialization.
+    let http = &cells[4]["metric"];
+    assert_eq!(http["n"], 2);
+    let ht = http["mean"].as_f64().unwrap();
+    assert!(ht > 0.05 + 200e3 * 8.0 / 20e6 && ht < 5.0, "http {ht}");
+    // page: the document then three objects over two connections, at least two RTTs.
+    let pt = cells[5]["metric"]["mean"].as_f64().unwrap();
+    assert!(pt > 0.1 && pt < 10.0, "page {pt}");
+    // interactive: five request/responses on one connection, one RTT each.
+    let rr = &cells[6]["metric"];
+    assert_eq!(rr["n"], 5);
+    let rt = rr["mean"].as_f64().unwrap();
+    assert!((0.049..0.2).contains(&rt), "request/response {rt}");
+    // The sampler saw the satellite-leg sender's window.
+    let runs = j["runs"].as_array().unwrap();
+    assert!(runs
+        .iter()
+        .any(|r| r["sockets"].as_array().is_some_and(|s| !s.is_empty())));
+
+    for f in [
+        "report.md",
+        "report.html",
+        "runs.csv",
+        "summary.csv",
+        "series.csv",
+        "sockets.csv",
+        "results.json",
+        "metric-bulk.svg",
+        "metric-bulk.png",
+        "fairness-bulk.svg",
+        "plan.json",
+        "scenario.toml",
+    ] {
+        let m = std::fs::metadata(out.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(m.len() > 0, "{f} is empty");
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("(doc 12.3)"),
+        "the reference is not beside ours:\n{md}"
+    );
+    assert!(md.contains("| BER | end-to-end | split |"), "{md}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("<table>"));
+    assert!(
+        !html.contains("src="),
+        "the HTML report must be self-contained"
+    );
+    let png = std::fs::read(out.join("metric-bulk.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    assert_eq!(
+        std::fs::read_to_string(out.join("runs.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        8
+    );
+
+    // Another scenario in the same directory is refused, --fresh replaces it.
+    let other = SMALL.replace("count = 5", "count = 6");
+    std::fs::write(&f, &other).unwrap();
+    let o = satpep()
+        .args([
+            "lab",
+            "run",
+            f.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--only",
+            "rr",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--fresh"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn sysctl(lab: &satpep_lab::Lab, host: Host, key: &str) -> String {
+    let o = lab
+        .command(host, "sysctl")
+        .args(["-n", key])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn routes(lab: &satpep_lab::Lab, host: Host) -> String {
+    let o = Command::new("ip")
+        .args(["-n", &lab.ns(host), "route", "show"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn host_settings_are_applied_and_undone() {
+    let lab = common::lab("hosts", "both = { rate = \"10Mbit\", delay = \"5ms\" }");
+    let before = (
+        sysctl(&lab, Host::Client, "net.ipv4.tcp_sack"),
+        sysctl(&lab, Host::Client, "net.ipv4.tcp_rmem"),
+        sysctl(&lab, Host::Client, "net.ipv4.tcp_congestion_control"),
+        routes(&lab, Host::Client),
+    );
+    let mut t = HostTuner::default();
+    let want = HostTcp {
+        sack: Some(false),
+        window_scaling: Some(false),
+        timestamps: Some(false),
+        initcwnd: Some(4),
+        mss: Some(1000),
+        rmem_max: Some("64KB".into()),
+        cc: Some("reno".into()),
+        quickack: Some(true),
+        ..Default::default()
+    };
+    t.apply(&lab, Host::Client, &want).unwrap();
+    assert_eq!(sysctl(&lab, Host::Client, "net.ipv4.tcp_sack"), "0");
+    assert_eq!(
+        sysctl(&lab, Host::Client, "net.ipv4.tcp_window_scaling"),
+        "0"
+    );
+    assert_eq!(sysctl(&lab, Host::Client, "net.ipv4.tcp_timestamps"), "0");
+    assert_eq!(
+        sysctl(&lab, Host::Client, "net.ipv4.tcp_congestion_control"),
+        "reno"
+    );
+    assert!(sysctl(&lab, Host::Client, "net.ipv4.tcp_rmem").ends_with(" 64000"));
+    let r = routes(&lab, Host::Client);
+    assert!(r.contains("default via 198.18.1.1"), "{r}");
+    for attr in ["initcwnd 4", "advmss 1000", "quickack 1"] {
+        assert!(
+            r.lines()
+                .filter(|l| l.starts_with("default"))
+                .all(|l| l.contains(attr)),
+            "{attr} missing:\n{r}"
+        );
+    }
+    // The server was not touched.
+    assert_eq!(sysctl(&lab, Host::Server, "net.ipv4.tcp_sack"), "1");
+    // Back to nothing set: everything as it was.
+    t.apply(&lab, Host::Client, &HostTcp::default()).unwrap();
+    let after = (
+        sysctl(&lab, Host::Client, "net.ipv4.tcp_sack"),
+        sysctl(&lab, Host::Client, "net.ipv4.tcp_rmem"),
+        sysctl(&lab, Host::Client, "net.ipv4.tcp_congestion_control"),
+        routes(&lab, Host::Client),
+    );
+    assert_eq!(after, before);
+    // The lab still carries traffic.
+    let (seqs, out) = common::ping_seqs(&lab, &["-n", "-c", "2", "-i", "0.2", "198.18.3.2"]);
+    assert_eq!(seqs.len(), 2, "{out}");
+}
