@@ -196,7 +196,7 @@ fn draw_lines<DB: DrawingBackend>(
         .label_font(("sans-serif", 13))
         .draw()
         .map_err(e)?;
-    root.present().map_err(e)
+    Ok(())
 }
 
 /// Writes `p` as `base.svg` and `base.png`.
@@ -206,16 +206,52 @@ pub fn write_line_plot(base: &Path, p: &LinePlot, size: (u32, u32)) -> Result<()
     {
         let area = SVGBackend::new(&svg, size).into_drawing_area();
         draw_lines(&area, p)?;
+        area.present().map_err(|e| e.to_string())?;
     }
     let png = base.with_extension("png");
     let area = BitMapBackend::new(&png, size).into_drawing_area();
-    draw_lines(&area, p)
+    draw_lines(&area, p)?;
+    area.present().map_err(|e| e.to_string())
 }
 
-/// Writes `p` as `base.svg` only (the many small per-cell plots).
-pub fn write_line_svg(base: &Path, p: &LinePlot, size: (u32, u32)) -> Result<(), String> {
+/// Writes plots stacked top to bottom, sharing the width, as `base.svg`.
+pub fn write_stacked_svg(base: &Path, plots: &[LinePlot], size: (u32, u32)) -> Result<(), String> {
     init_font()?;
     let svg = base.with_extension("svg");
     let area = SVGBackend::new(&svg, size).into_drawing_area();
-    draw_lines(&area, p)
+    let panels = area.split_evenly((plots.len().max(1), 1));
+    for (a, p) in panels.iter().zip(plots) {
+        draw_lines(a, p)?;
+    }
+    // Written once, when everything is drawn.
+    area.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacked_panels_are_all_drawn() {
+        let line = |n: &str, k: f64| Line {
+            name: n.into(),
+            points: (0..20).map(|i| (i as f64, k * i as f64, 0.0)).collect(),
+            reference: vec![],
+        };
+        let a = LinePlot {
+            title: "top".into(),
+            lines: vec![line("a", 1.0)],
+            ..Default::default()
+        };
+        let b = LinePlot {
+            title: "bottom panel".into(),
+            lines: vec![line("b", 300.0)],
+            ..Default::default()
+        };
+        let base = std::env::temp_dir().join(format!("satpep-plot-{}", std::process::id()));
+        write_stacked_svg(&base, &[a, b], (600, 600)).unwrap();
+        let svg = std::fs::read_to_string(base.with_extension("svg")).unwrap();
+        assert!(svg.contains("top") && svg.contains("bottom panel"), "{svg}");
+        let _ = std::fs::remove_file(base.with_extension("svg"));
+    }
 }

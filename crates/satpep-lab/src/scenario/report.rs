@@ -1,7 +1,7 @@
 //! A scenario's results: CSV and JSON for scripts, plots, and a report in Markdown and in one
 //! self-contained HTML page (plots inlined), with the documents' figures beside ours.
 
-use super::plot::{write_line_plot, write_line_svg, Line, LinePlot};
+use super::plot::{write_line_plot, write_stacked_svg, Line, LinePlot};
 use super::spec::{Metric, Part, Scenario};
 use super::stats::Summary;
 use super::traffic::RunRecord;
@@ -677,12 +677,9 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
                 continue;
             }
             let mut p = LinePlot {
-                title: format!(
-                    "{}: goodput (Mbit/s), sender cwnd (segments)",
-                    c.describe(sc)
-                ),
+                title: format!("{}: goodput per flow", c.describe(sc)),
                 x_label: "time (s)".into(),
-                y_label: "Mbit/s  |  segments".into(),
+                y_label: "Mbit/s".into(),
                 ..Default::default()
             };
             for (i, f) in r.flows.iter().enumerate() {
@@ -698,11 +695,17 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
                     format!(" ({})", f.cc)
                 };
                 p.lines.push(Line {
-                    name: format!("flow {i} goodput{cc}"),
+                    name: format!("flow {i}{cc}"),
                     points: pts.collect(),
                     reference: vec![],
                 });
             }
+            let mut w = LinePlot {
+                title: "satellite-leg sender: congestion window".into(),
+                x_label: "time (s)".into(),
+                y_label: "segments".into(),
+                ..Default::default()
+            };
             let flows: std::collections::BTreeSet<u32> = r.sockets.iter().map(|s| s.flow).collect();
             for f in flows {
                 let pts = r
@@ -711,14 +714,17 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
                     .filter(|s| s.flow == f)
                     .map(|s| (s.t, s.cwnd as f64, 0.0))
                     .collect();
-                p.lines.push(Line {
-                    name: format!("flow {f} cwnd"),
+                w.lines.push(Line {
+                    name: format!("flow {f}"),
                     points: pts,
                     reference: vec![],
                 });
             }
+            let panels: Vec<LinePlot> =
+                [p, w].into_iter().filter(|q| !q.lines.is_empty()).collect();
             let name = format!("c{:04}", c.index);
-            if write_line_svg(&out.join("series").join(&name), &p, (900, 380)).is_ok() {
+            let h = 300 * panels.len() as u32;
+            if write_stacked_svg(&out.join("series").join(&name), &panels, (900, h)).is_ok() {
                 series_plots.push((format!("series/{name}.svg"), c.describe(sc)));
             }
         }

@@ -128,7 +128,12 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
         .filter(|&(c, r)| !run_path(&opts.out, c, r).exists())
         .collect();
     let total: usize = sc.cells.iter().map(|c| c.spec.repetitions as usize).sum();
-    if !opts.quiet && todo.len() < total {
+    if !opts.quiet && todo.is_empty() {
+        eprintln!(
+            "all {total} runs are already in {}: reporting them (--fresh runs them again)",
+            opts.out.display()
+        );
+    } else if !opts.quiet && todo.len() < total {
         eprintln!(
             "resuming: {} of {total} runs already in {}",
             total - todo.len(),

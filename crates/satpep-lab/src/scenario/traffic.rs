@@ -276,7 +276,13 @@ pub fn run_once(
         _ => interactive(lab, spec, &mut rec, tick),
     };
     rec.sockets = sampler.finish();
-    rec.leg_retransmits = rec.sockets.iter().map(|s| s.retrans).max().unwrap_or(0);
+    // Each flow's socket counts up; sum the flows' last (largest) counts.
+    let mut per_flow = std::collections::BTreeMap::new();
+    for s in &rec.sockets {
+        let m = per_flow.entry(s.flow).or_insert(0u64);
+        *m = (*m).max(s.retrans);
+    }
+    rec.leg_retransmits = per_flow.values().sum();
     res?;
     if let (Some(b), Ok(a)) = (before, lab.link_stats()) {
         rec.link = link_delta(&b, &a);
