@@ -720,10 +720,31 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
                     reference: vec![],
                 });
             }
-            let panels: Vec<LinePlot> =
-                [p, w].into_iter().filter(|q| !q.lines.is_empty()).collect();
+            let mut rtt = LinePlot {
+                title: "satellite-leg sender: smoothed RTT".into(),
+                x_label: "time (s)".into(),
+                y_label: "ms".into(),
+                ..Default::default()
+            };
+            for l in &w.lines {
+                let f: u32 = l.name.trim_start_matches("flow ").parse().unwrap_or(0);
+                rtt.lines.push(Line {
+                    name: l.name.clone(),
+                    points: r
+                        .sockets
+                        .iter()
+                        .filter(|s| s.flow == f)
+                        .map(|s| (s.t, s.rtt_ms, 0.0))
+                        .collect(),
+                    reference: vec![],
+                });
+            }
+            let panels: Vec<LinePlot> = [p, w, rtt]
+                .into_iter()
+                .filter(|q| !q.lines.is_empty())
+                .collect();
             let name = format!("c{:04}", c.index);
-            let h = 300 * panels.len() as u32;
+            let h = 260 * panels.len() as u32;
             if write_stacked_svg(&out.join("series").join(&name), &panels, (900, h)).is_ok() {
                 series_plots.push((format!("series/{name}.svg"), c.describe(sc)));
             }
