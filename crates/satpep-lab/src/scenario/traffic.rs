@@ -470,23 +470,28 @@ fn bulk(
     }
     // Aggregate goodput after the warm-up; per-flow goodput while all flows ran.
     let all_from = warm.max(stagger * (n as f64 - 1.0));
-    let window = |f: &FlowRecord, from: f64| -> (u64, f64) {
+    // A flow's last interval is left out: it also holds what was still queued when its
+    // sender stopped, which would count the queue as goodput (as TcpResult::goodput_after).
+    let window = |f: &FlowRecord, from: f64| -> (u64, f64, f64) {
         let mut prev = f.start_s;
-        let (mut b, mut s) = (0u64, 0.0);
-        for &(end, bytes) in &f.series {
-            if prev >= from - 1e-6 && end <= dur + 0.5 {
+        let (mut b, mut s, mut last) = (0u64, 0.0, from);
+        let n = f.series.len();
+        for (k, &(end, bytes)) in f.series.iter().enumerate() {
+            if prev >= from - 1e-6 && k + 1 < n {
                 b += bytes;
                 s += end - prev;
+                last = end;
             }
             prev = end;
         }
-        (b, s)
+        (b, s, last)
     };
     let total_bytes: u64 = flows.iter().map(|f| window(f, warm).0).sum();
-    let span = (dur - warm).max(1e-3);
+    let last_end = flows.iter().map(|f| window(f, warm).2).fold(warm, f64::max);
+    let span = (last_end - warm).max(1e-3);
     let goodput = total_bytes as f64 * 8.0 / span;
     for f in flows.iter_mut() {
-        let (b, s) = window(f, all_from);
+        let (b, s, _) = window(f, all_from);
         f.goodput_bps = if s > 0.0 { b as f64 * 8.0 / s } else { 0.0 };
     }
     if rec.failures == 0 {
