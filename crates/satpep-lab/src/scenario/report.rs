@@ -31,6 +31,8 @@ pub struct CellResult {
     pub jain: Summary,
     /// Satellite-leg sender's retransmissions per run.
     pub leg_retransmits: Summary,
+    /// Several flows: each flow's mean goodput while all ran, bit/s.
+    pub flow_goodputs: Vec<f64>,
     /// Frames the emulator dropped as corrupted per run (both directions).
     pub link_errors: Summary,
     /// Frames the emulator's queues dropped per run (both directions).
@@ -68,6 +70,20 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 utilization: Summary::of(&util),
                 jain: Summary::of(&jain),
                 leg_retransmits: Summary::of(&retr),
+                flow_goodputs: {
+                    let n = mine.iter().map(|r| r.flows.len()).max().unwrap_or(0);
+                    (0..n)
+                        .map(|i| {
+                            let v: Vec<f64> = mine
+                                .iter()
+                                .filter(|r| r.flows.len() > 1)
+                                .filter_map(|r| r.flows.get(i).map(|f| f.goodput_bps))
+                                .collect();
+                            Summary::of(&v).mean
+                        })
+                        .filter(|v| v.is_finite())
+                        .collect()
+                },
                 link_errors: Summary::of(
                     &mine
                         .iter()
@@ -393,6 +409,16 @@ fn part_tables(
             }),
         ));
         if res.iter().any(|r| r.jain.n > 0) {
+            tables.push((
+                format!("each flow's goodput while all ran ({uname}), flow 0 / flow 1 / …"),
+                grid(part, res, &|r| {
+                    r.flow_goodputs
+                        .iter()
+                        .map(|g| fmt_num(g / div))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                }),
+            ));
             tables.push((
                 "Jain's fairness index over the flows (1 = equal shares)".into(),
                 grid(part, res, &|r| fmt_summary(&r.jain, 1.0)),
