@@ -27,7 +27,19 @@ mod tests {
 
     #[test]
     fn every_preset_parses_full_and_quick() {
+        let runs = |sc: &Scenario| -> f64 {
+            sc.cells
+                .iter()
+                .map(|c| {
+                    c.spec.repetitions as f64
+                        * crate::scenario::spec::secs(&c.spec.duration).unwrap()
+                })
+                .sum()
+        };
         for (name, _, text) in PRESETS {
+            let full = Scenario::parse(text, false).unwrap();
+            let quick = Scenario::parse(text, true).unwrap();
+            assert!(runs(&quick) < runs(&full), "{name}: --quick is not shorter");
             for quick in [false, true] {
                 let sc = Scenario::parse(text, quick)
                     .unwrap_or_else(|e| panic!("{name} (quick {quick}): {e}"));

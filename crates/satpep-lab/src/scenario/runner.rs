@@ -95,17 +95,25 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
 /// (then its runs are kept) unless `fresh`.
 fn prepare(sc: &Scenario, opts: &RunOptions) -> Result<(), String> {
     let out = &opts.out;
-    let plan = serde_json::to_string_pretty(&(&sc.parts, &sc.cells)).unwrap();
+    let plan = serde_json::to_value(&sc.cells).unwrap();
     let plan_path = out.join("plan.json");
     if let Ok(old) = std::fs::read_to_string(&plan_path) {
-        if old != plan && !opts.fresh {
+        // Only what runs counts: the cells (titles, notes and references may change).
+        // Older directories hold [parts, cells].
+        let old: serde_json::Value = serde_json::from_str(&old).unwrap_or_default();
+        let old_cells = match &old {
+            serde_json::Value::Array(a) if a.len() == 2 && a[1].is_array() => &a[1],
+            v => v,
+        };
+        let same = *old_cells == plan;
+        if !same && !opts.fresh {
             return Err(format!(
                 "{} holds results of a different scenario or settings; give --fresh to replace \
                  them, or another --out",
                 out.display()
             ));
         }
-        if opts.fresh || old != plan {
+        if opts.fresh || !same {
             let _ = std::fs::remove_dir_all(out.join("runs"));
         }
     } else if opts.fresh {
@@ -113,7 +121,7 @@ fn prepare(sc: &Scenario, opts: &RunOptions) -> Result<(), String> {
     }
     std::fs::create_dir_all(out.join("runs"))
         .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    write_atomic(&plan_path, &plan)?;
+    write_atomic(&plan_path, &serde_json::to_string_pretty(&plan).unwrap())?;
     write_atomic(&out.join("scenario.toml"), &opts.source)
 }
 
@@ -199,6 +207,9 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                     format!("{:.3} s", s.mean)
                 }
             };
+            if !rec.errors.is_empty() {
+                keep_logs(&lab, &opts.out, ci, rep);
+            }
             write_atomic(
                 &run_path(&opts.out, ci, rep),
                 &serde_json::to_string(&rec).unwrap(),
@@ -208,6 +219,27 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
         drop(lab);
     }
     report::write_all(sc, &opts.out, &load_runs(sc, &opts.out))
+}
+
+/// Keeps the last lines of the emulator's and proxies' logs of a run that had problems, in
+/// `logs/` of the results (the lab and its logs are gone when the run ends).
+fn keep_logs(lab: &Lab, out: &Path, cell: usize, rep: u32) {
+    let dir = out.join("logs");
+    let _ = std::fs::create_dir_all(&dir);
+    let Ok(entries) = std::fs::read_dir(crate::topology::state_dir(&lab.name)) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".log") {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(e.path()) {
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(300)..].join("\n");
+            let _ = std::fs::write(dir.join(format!("c{cell:04}-r{rep:03}-{name}")), tail);
+        }
+    }
 }
 
 fn interrupted(done: usize, total: usize) -> String {
