@@ -90,6 +90,20 @@ enum LabSub {
     },
     /// Run a scenario (a TOML file or a preset such as `demo`) or a benchmark; `--list`
     /// names them.
+    #[command(
+        long_about = "Run a scenario (a TOML file or a preset such as `demo`) or a benchmark.
+
+A scenario builds one lab (namespaces named sp-sc-PID-HOST), runs each cell's traffic with real \
+tools (iperf3, nginx, curl), saves every run as it ends and writes its report to the results \
+directory: report.md, report.html (self-contained), CSV, JSON and plots. Ctrl-C stops the \
+traffic and removes the lab; the same command later runs only what is missing. The file format \
+and the presets are described in docs/scenarios.md. Needs root.
+
+Examples:
+  satpep lab run demo
+  satpep lab run lawson2006 --quick
+  satpep lab run my.toml --out results/my --only http --json"
+    )]
     Run(satpep_lab::experiment::RunArgs),
 }
 
