@@ -14,6 +14,7 @@ use crate::registry::Registry;
 use crate::relay::End;
 use crate::sockets::{reset_on_close, upstream};
 use quinn::{RecvStream, SendStream, VarInt};
+use satpep_tunnel::congestion::stop::StopSwitch;
 use satpep_tunnel::header::{Answer, FlowHeader, HeaderError, MAX_LEN};
 use satpep_tunnel::keys::Credentials;
 use satpep_tunnel::reorder::InOrder;
@@ -46,29 +47,57 @@ const HANDSHAKE_WAIT: Duration = Duration::from_secs(15);
 /// After a failed attempt to reach the gateway, flows fail at once for this long.
 pub const RETRY_AFTER: Duration = Duration::from_secs(2);
 
+/// The QUIC endpoint of this end, and the switch that lets its close out when it stops.
+pub struct Endpoint {
+    /// The endpoint.
+    pub endpoint: quinn::Endpoint,
+    /// Flipped right before closing (see `satpep_tunnel::congestion::stop`).
+    pub switch: StopSwitch,
+}
+
+impl Endpoint {
+    /// Closes every connection with `reason` and waits (at most 1 s) until the close left,
+    /// also when the congestion window is full.
+    pub async fn close(&self, reason: &[u8]) {
+        self.switch.stop();
+        self.endpoint.close(CODE_SHUTDOWN, reason);
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
+    }
+}
+
 /// Builds the QUIC endpoint of this end from `t` (credentials loaded, UDP socket bound).
-pub fn endpoint(t: &TunnelConfig) -> Result<quinn::Endpoint, String> {
+pub fn endpoint(t: &TunnelConfig) -> Result<Endpoint, String> {
     let creds = Credentials::load(&t.ca, &t.cert, &t.key)?;
+    let switch = StopSwitch::default();
     let sock = crate::sockets::udp_socket(t.listen, t.hop.socket_buffer())
         .map_err(|e| format!("tunnel.listen: cannot bind UDP {}: {e}", t.listen))?;
     let (server, client) = match t.role {
         crate::config::Role::Gateway => (
-            Some(transport::server_config(creds.server_tls()?, &t.hop)?),
+            Some(transport::server_config(
+                creds.server_tls()?,
+                &t.hop,
+                &switch,
+            )?),
             None,
         ),
         crate::config::Role::Terminal => (
             None,
-            Some(transport::client_config(creds.client_tls()?, &t.hop)?),
+            Some(transport::client_config(
+                creds.client_tls()?,
+                &t.hop,
+                &switch,
+            )?),
         ),
     };
-    transport::endpoint(sock, server, client, creds.reset_secret())
-        .map_err(|e| format!("tunnel: {e}"))
+    let endpoint = transport::endpoint(sock, server, client, creds.reset_secret())
+        .map_err(|e| format!("tunnel: {e}"))?;
+    Ok(Endpoint { endpoint, switch })
 }
 
 /// The terminal's end: one connection to the gateway, made on first use and again whenever
 /// it was lost.
 pub struct Terminal {
-    endpoint: quinn::Endpoint,
+    ep: Endpoint,
     peer: SocketAddr,
     peer_name: String,
     conn: tokio::sync::Mutex<Option<quinn::Connection>>,
@@ -118,7 +147,7 @@ impl Terminal {
     /// Binds the terminal's endpoint; connects later, on the first flow or [`Terminal::warm`].
     pub fn start(t: &TunnelConfig) -> Result<Arc<Terminal>, String> {
         Ok(Arc::new(Terminal {
-            endpoint: endpoint(t)?,
+            ep: endpoint(t)?,
             peer: t.peer.expect("resolved config has the terminal's peer"),
             peer_name: t.peer_name.clone(),
             conn: tokio::sync::Mutex::new(None),
@@ -153,6 +182,7 @@ impl Terminal {
         }
         let attempt = async {
             let connecting = self
+                .ep
                 .endpoint
                 .connect(self.peer, &self.peer_name)
                 .map_err(|e| format!("cannot connect to the gateway {}: {e}", self.peer))?;
@@ -228,8 +258,7 @@ impl Terminal {
     /// Closes the connection, and waits (at most 1 s) until the gateway was told: it then
     /// resets the flows still open instead of waiting out an outage.
     pub async fn close(&self) {
-        self.endpoint.close(CODE_SHUTDOWN, b"terminal stopping");
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
+        self.ep.close(b"terminal stopping").await;
     }
 }
 
@@ -362,7 +391,7 @@ async fn relay(
 /// carries their flows to the servers on `leg` (the terrestrial leg), from the clients'
 /// addresses, with socket mark `mark`.
 pub async fn run_gateway(
-    ep: quinn::Endpoint,
+    ep: Endpoint,
     t: &TunnelConfig,
     leg: Arc<Leg>,
     mark: u32,
@@ -375,7 +404,7 @@ pub async fn run_gateway(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            inc = ep.accept() => {
+            inc = ep.endpoint.accept() => {
                 let Some(inc) = inc else { break };
                 let (leg, reg) = (leg.clone(), reg.clone());
                 tokio::spawn(async move {
@@ -407,8 +436,7 @@ pub async fn run_gateway(
     }
     // Flows still open are reset at the terminal: the connection closes under them. The
     // close must leave before the process does, or the terminal would wait out an outage.
-    ep.close(CODE_SHUTDOWN, b"gateway stopping");
-    let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
+    ep.close(b"gateway stopping").await;
     Ok(())
 }
 

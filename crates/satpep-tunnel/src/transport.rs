@@ -3,6 +3,7 @@
 //! whose BDP is 7.5 MB) would cap throughput far below the link; here every window comes from
 //! the configured rate × RTT, and the idle timeout from how long an outage flows survive.
 
+use crate::congestion::stop::StopSwitch;
 use crate::congestion::{factory, Algorithm, HopInfo};
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,7 +78,7 @@ impl Hop {
     }
 
     /// quinn's transport configuration for this hop.
-    pub fn transport(&self) -> quinn::TransportConfig {
+    pub fn transport(&self, switch: &StopSwitch) -> quinn::TransportConfig {
         let mut t = quinn::TransportConfig::default();
         let var = |v: u64| quinn::VarInt::from_u64(v).unwrap_or(quinn::VarInt::MAX);
         t.stream_receive_window(var(self.stream_window()))
@@ -102,6 +103,7 @@ impl Hop {
                     rate: self.send_rate.map(|r| r / 8),
                     rtt: self.rtt,
                 },
+                switch,
             ));
         t
     }
@@ -132,20 +134,28 @@ pub fn endpoint(
 }
 
 /// The gateway's QUIC server configuration: `tls` and the hop's transport.
-pub fn server_config(tls: rustls::ServerConfig, hop: &Hop) -> Result<quinn::ServerConfig, String> {
+pub fn server_config(
+    tls: rustls::ServerConfig,
+    hop: &Hop,
+    switch: &StopSwitch,
+) -> Result<quinn::ServerConfig, String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| format!("TLS configuration unusable for QUIC: {e}"))?;
     let mut s = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    s.transport_config(Arc::new(hop.transport()));
+    s.transport_config(Arc::new(hop.transport(switch)));
     Ok(s)
 }
 
 /// The terminal's QUIC client configuration.
-pub fn client_config(tls: rustls::ClientConfig, hop: &Hop) -> Result<quinn::ClientConfig, String> {
+pub fn client_config(
+    tls: rustls::ClientConfig,
+    hop: &Hop,
+    switch: &StopSwitch,
+) -> Result<quinn::ClientConfig, String> {
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .map_err(|e| format!("TLS configuration unusable for QUIC: {e}"))?;
     let mut c = quinn::ClientConfig::new(Arc::new(crypto));
-    c.transport_config(Arc::new(hop.transport()));
+    c.transport_config(Arc::new(hop.transport(switch)));
     Ok(c)
 }
 

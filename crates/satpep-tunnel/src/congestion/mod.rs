@@ -4,6 +4,7 @@
 
 pub mod hybla;
 pub mod satellite;
+pub mod stop;
 
 use quinn::congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig};
 use std::sync::Arc;
@@ -78,15 +79,21 @@ impl HopInfo {
     }
 }
 
-/// The factory quinn builds one controller per connection from.
-pub fn factory(alg: Algorithm, hop: HopInfo) -> Arc<dyn ControllerFactory + Send + Sync> {
-    match alg {
+/// The factory quinn builds one controller per connection from; `switch` opens the
+/// controllers' windows when the endpoint stops (see [`stop`]).
+pub fn factory(
+    alg: Algorithm,
+    hop: HopInfo,
+    switch: &stop::StopSwitch,
+) -> Arc<dyn ControllerFactory + Send + Sync> {
+    let inner: Arc<dyn ControllerFactory + Send + Sync> = match alg {
         Algorithm::Satellite => Arc::new(satellite::SatelliteConfig::new(hop)),
         Algorithm::Hybla => Arc::new(hybla::HyblaConfig::new(hop)),
         Algorithm::Cubic => Arc::new(CubicConfig::default()),
         Algorithm::Bbr => Arc::new(BbrConfig::default()),
         Algorithm::NewReno => Arc::new(NewRenoConfig::default()),
-    }
+    };
+    Arc::new(stop::Stoppable::new(inner, switch.clone()))
 }
 
 #[cfg(test)]
