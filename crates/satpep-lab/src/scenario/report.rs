@@ -162,6 +162,8 @@ fn fmt_count(s: &Summary) -> String {
 pub struct Table {
     /// Column headings.
     pub header: Vec<String>,
+    /// How many leading columns name the row (left-aligned); the rest are figures.
+    pub label_cols: usize,
     /// Rows.
     pub rows: Vec<Vec<String>>,
 }
@@ -171,21 +173,13 @@ impl Table {
     pub fn markdown(&self) -> String {
         let mut s = format!("| {} |\n|", self.header.join(" | "));
         for (i, _) in self.header.iter().enumerate() {
-            s.push_str(if i < self.point_cols() {
-                "---|"
-            } else {
-                "---:|"
-            });
+            s.push_str(if i < self.label_cols { "---|" } else { "---:|" });
         }
         s.push('\n');
         for r in &self.rows {
             let _ = writeln!(s, "| {} |", r.join(" | "));
         }
         s
-    }
-
-    fn point_cols(&self) -> usize {
-        1
     }
 
     /// As an HTML table.
@@ -197,8 +191,13 @@ impl Table {
         s.push_str("</tr>\n");
         for r in &self.rows {
             s.push_str("<tr>");
-            for c in r {
-                let _ = write!(s, "<td>{}</td>", esc(c));
+            for (i, c) in r.iter().enumerate() {
+                let class = if i < self.label_cols {
+                    " class=\"l\""
+                } else {
+                    ""
+                };
+                let _ = write!(s, "<td{class}>{}</td>", esc(c));
             }
             s.push_str("</tr>\n");
         }
@@ -243,7 +242,11 @@ fn grid(part: &Part, res: &[&CellResult], cell: &dyn Fn(&CellResult) -> String) 
         }
         rows.push(row);
     }
-    Table { header, rows }
+    Table {
+        header,
+        rows,
+        label_cols: part.axes.len().max(1),
+    }
 }
 
 /// Numeric x of a sweep value (log10 when the axis is log), or None for text values.
@@ -541,7 +544,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title><style>\
          body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
          table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #bbb;padding:3px 8px;text-align:right}}\
-         th{{background:#eee}}td:first-child{{text-align:left}}svg{{max-width:100%;height:auto}}</style></head><body>\n<h1>{t}</h1>\n",
+         th{{background:#eee}}td.l{{text-align:left}}svg{{max-width:100%;height:auto}}</style></head><body>\n<h1>{t}</h1>\n",
         t = esc(&sc.title)
     );
     let mut intro = String::new();
