@@ -514,20 +514,26 @@ fn after_a_gateway_restart_new_flows_reconnect() {
     lab.stop_proxies();
 }
 
-#[test]
-fn a_gateway_stopped_under_load_resets_live_flows_at_once() {
-    // Stopped while a download fills the congestion window, the gateway's close must still
-    // leave (quinn holds it behind the window otherwise; see congestion::stop).
-    let mut lab = tunnel_lab("tstp", "[both]\nrate='20Mbit'\ndelay='50ms'\n", None);
-    let listener = listen(&lab, "0.0.0.0:9170");
+/// A server on `port` that sends for 40 s, and a client thread downloading from it until the
+/// connection ends; the thread returns (bytes read, how it ended, when).
+fn endless_download(
+    lab: &Lab,
+    port: u16,
+    seed: u8,
+) -> std::thread::JoinHandle<(u64, Result<(), ErrorKind>, Instant)> {
+    let listener = in_netns(&lab.ns(Host::Server), move || {
+        TcpListener::bind(("0.0.0.0", port)).unwrap()
+    })
+    .join()
+    .unwrap();
     std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        let chunk = pattern(1 << 20, 6);
+        let chunk = pattern(1 << 20, seed);
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(40) && s.write_all(&chunk).is_ok() {}
     });
-    let client = in_netns(&lab.ns(Host::Client), || {
-        let mut s = TcpStream::connect("198.18.3.2:9170").unwrap();
+    in_netns(&lab.ns(Host::Client), move || {
+        let mut s = TcpStream::connect(("198.18.3.2", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut n = 0u64;
         let mut buf = vec![0u8; 1 << 16];
@@ -539,7 +545,15 @@ fn a_gateway_stopped_under_load_resets_live_flows_at_once() {
             }
         };
         (n, end, Instant::now())
-    });
+    })
+}
+
+#[test]
+fn a_gateway_stopped_under_load_resets_live_flows_at_once() {
+    // Stopped while a download fills the congestion window, the gateway's close must still
+    // leave (quinn holds it behind the window otherwise; see congestion::stop).
+    let mut lab = tunnel_lab("tstp", "[both]\nrate='20Mbit'\ndelay='50ms'\n", None);
+    let client = endless_download(&lab, 9170, 6);
     std::thread::sleep(Duration::from_secs(3));
     let gw_pid = lab.state().proxy_pids[0];
     let stopped = Instant::now();
@@ -565,27 +579,7 @@ fn a_gateway_stopped_under_load_resets_live_flows_at_once() {
 fn a_crashed_and_restarted_gateway_resets_live_flows_at_once() {
     let mut lab = tunnel_lab("tcrs", "[both]\nrate='20Mbit'\ndelay='50ms'\n", None);
     let dir = format!("/run/satpep/lab/{}", lab.name);
-    let listener = listen(&lab, "0.0.0.0:9160");
-    std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let chunk = pattern(1 << 20, 5);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(40) && s.write_all(&chunk).is_ok() {}
-    });
-    let client = in_netns(&lab.ns(Host::Client), || {
-        let mut s = TcpStream::connect("198.18.3.2:9160").unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut n = 0u64;
-        let mut buf = vec![0u8; 1 << 16];
-        let end = loop {
-            match s.read(&mut buf) {
-                Ok(0) => break Ok(()),
-                Ok(k) => n += k as u64,
-                Err(e) => break Err(e.kind()),
-            }
-        };
-        (n, end, Instant::now())
-    });
+    let client = endless_download(&lab, 9160, 5);
     std::thread::sleep(Duration::from_secs(3));
     // A crash: no close reaches the terminal.
     let gw_pid = lab.state().proxy_pids[0];

@@ -559,6 +559,30 @@ fn fetch_checked(
     Ok(Ok(f.total_s))
 }
 
+/// Runs a prepared curl command (its `--max-time` is `max_s`) with progress; returns whether
+/// it ended by itself, and its output.
+fn run_curl(
+    mut c: std::process::Command,
+    max_s: u32,
+    start: Instant,
+    tick: &mut dyn FnMut(f64),
+) -> Result<(bool, std::process::Output), String> {
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start curl: {e}"))?;
+    let ok = wait_child(
+        &mut child,
+        Instant::now() + Duration::from_secs(max_s as u64 + 5),
+        start,
+        tick,
+    )?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    Ok((ok, out))
+}
+
 fn page(
     lab: &Lab,
     spec: &CellSpec,
@@ -610,19 +634,7 @@ fn page(
         for n in &names[1..] {
             c.args(["-o", "/dev/null", &format!("{base}{n}")]);
         }
-        let mut child = c
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start curl: {e}"))?;
-        let ok = wait_child(
-            &mut child,
-            Instant::now() + Duration::from_secs(max as u64 + 5),
-            start,
-            tick,
-        )?;
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let (ok, out) = run_curl(c, max, start, tick)?;
         let text = String::from_utf8_lossy(&out.stdout);
         // Completion order is not request order: compare the multisets of sizes.
         let mut got: Vec<u64> = text
@@ -673,19 +685,7 @@ fn interactive(
         c.args(["-o", "/dev/null", &url]);
     }
     let start = Instant::now();
-    let mut child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start curl: {e}"))?;
-    let ok = wait_child(
-        &mut child,
-        Instant::now() + Duration::from_secs(max as u64 + 5),
-        start,
-        tick,
-    )?;
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let (ok, out) = run_curl(c, max, start, tick)?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut reconnects = 0;
     for (k, l) in text.lines().enumerate() {
