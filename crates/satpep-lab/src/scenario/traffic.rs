@@ -507,6 +507,19 @@ fn bulk(
     Ok(())
 }
 
+/// Starts nginx serving one file of `traffic.size` called `name`; returns its size, the
+/// server, the time limit (s) and the file's URL.
+fn serve_one(
+    lab: &Lab,
+    spec: &CellSpec,
+    name: &str,
+) -> Result<(u64, HttpServer, u32, String), String> {
+    let size = parse_size(spec.traffic.size.as_deref().unwrap_or("0"))?;
+    let server = HttpServer::start(lab, Host::Server, &[(name, size as usize)])?;
+    let max = secs(&spec.duration)?.ceil() as u32;
+    Ok((size, server, max, format!("http://{SERVER_V4}/{name}")))
+}
+
 fn http(
     lab: &Lab,
     spec: &CellSpec,
@@ -514,10 +527,7 @@ fn http(
     tick: &mut dyn FnMut(f64),
 ) -> Result<(), String> {
     let t = &spec.traffic;
-    let size = parse_size(t.size.as_deref().unwrap_or("0"))?;
-    let server = HttpServer::start(lab, Host::Server, &[("file.bin", size as usize)])?;
-    let max = secs(&spec.duration)?.ceil() as u32;
-    let url = format!("http://{SERVER_V4}/file.bin");
+    let (size, server, max, url) = serve_one(lab, spec, "file.bin")?;
     let start = Instant::now();
     for _ in 0..t.count {
         let f = fetch_checked(lab, &url, size, max, start, tick)?;
@@ -668,10 +678,7 @@ fn interactive(
     tick: &mut dyn FnMut(f64),
 ) -> Result<(), String> {
     let t = &spec.traffic;
-    let size = parse_size(t.size.as_deref().unwrap_or("0"))?;
-    let server = HttpServer::start(lab, Host::Server, &[("r.bin", size as usize)])?;
-    let max = secs(&spec.duration)?.ceil() as u32;
-    let url = format!("http://{SERVER_V4}/r.bin");
+    let (size, server, max, url) = serve_one(lab, spec, "r.bin")?;
     // count + 1 requests on one keep-alive connection; the first also opens it.
     let mut c = lab.command(Host::Client, "curl");
     c.args([
