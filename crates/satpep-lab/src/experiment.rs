@@ -14,8 +14,8 @@ pub struct RunArgs {
     /// shao2002, vanzara2017; `--list` describes them) or a benchmark: `link-accuracy` (the
     /// emulator's accuracy and CPU, ~11 min), `relay-overhead` (split proxy against plain
     /// forwarding, ~2 min), `cc-sweep` (controllers over 100 Mbit/s, 600 ms, BER 0…1e-5;
-    /// ~40 min, --quick ~9) or `tunnel` (distributed mode against end-to-end and split;
-    /// ~25 min, --quick ~8).
+    /// ~40 min, --quick ~9), `tunnel` (distributed mode against end-to-end and split;
+    /// ~25 min, --quick ~8) or `faults` (the fault matrix; ~15 min, --quick ~3).
     #[arg(required_unless_present = "list")]
     pub experiment: Option<String>,
     /// List the presets and benchmarks and exit.
@@ -31,7 +31,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Run only this part of an experiment made of parts (tunnel: sweep, t1, fetch,
-    /// overhead, outage; scenarios: a part's name).
+    /// overhead, outage; faults: faults whose name contains PART; scenarios: a part's name).
     #[arg(long, value_name = "PART")]
     pub only: Option<String>,
     /// Results directory of a scenario [default: lab-results/NAME, or NAME-quick]. A
@@ -43,11 +43,12 @@ pub struct RunArgs {
     pub fresh: bool,
 }
 
-const BENCHMARKS: [(&str, &str); 4] = [
+const BENCHMARKS: [(&str, &str); 5] = [
     ("link-accuracy", "the emulator's rate, delay and loss accuracy and CPU cost (~11 min)"),
     ("relay-overhead", "the split proxy's throughput and CPU against plain forwarding (~2 min)"),
     ("cc-sweep", "congestion controls over 100 Mbit/s, 600 ms, BER 0 to 1e-5 (~40 min, --quick ~9)"),
     ("tunnel", "distributed mode against end-to-end and split: BER sweep, T1, fetch, overhead, outage (~25 min)"),
+    ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~15 min, --quick ~3)"),
 ];
 
 /// Runs the experiment `args.experiment`.
@@ -101,6 +102,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
             "link-accuracy" => crate::accuracy::run(&args),
             "relay-overhead" => crate::relay_bench::run(&args),
             "cc-sweep" => crate::cc_sweep::run(&args),
+            "faults" => crate::faults::run(&args),
             _ => crate::tunnel_bench::run(&args),
         };
     };

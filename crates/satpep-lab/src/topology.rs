@@ -226,7 +226,7 @@ pub struct Lab {
     pub name: String,
     state: LabState,
     emulator: Option<Child>,
-    proxies: Vec<Child>,
+    proxies: Vec<(Host, Child)>,
     satpep_bin: PathBuf,
     attached: bool,
 }
@@ -823,29 +823,64 @@ impl Lab {
             );
             let path = dir.join(format!("proxy-{}.toml", host.name()));
             std::fs::write(&path, text).map_err(|e| e.to_string())?;
-            let log = dir.join(format!("proxy-{}.log", host.name()));
-            let what = format!("the {} proxy", host.name());
-            let mut child = self.spawn_satpep(
-                host,
-                &["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
-                &log,
-                &what,
-            )?;
-            self.state.proxy_pids.push(child.id());
-            write_state(&self.state)?;
-            // Ready when its nftables table exists.
-            wait_ready(&mut child, &log, &what, || {
-                self.ns_run(host, "nft", &["list", "table", "inet", "satpep"])
-                    .is_ok()
-            })?;
-            self.proxies.push(child);
+            self.launch_proxy(host)?;
         }
         Ok(())
     }
 
+    /// Starts `host`'s proxy from the configuration [`Lab::start_proxies`] wrote, and waits
+    /// until it intercepts.
+    fn launch_proxy(&mut self, host: Host) -> Result<(), String> {
+        let dir = state_dir(&self.name);
+        let path = dir.join(format!("proxy-{}.toml", host.name()));
+        let log = dir.join(format!("proxy-{}.log", host.name()));
+        let what = format!("the {} proxy", host.name());
+        let mut child = self.spawn_satpep(
+            host,
+            &["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
+            &log,
+            &what,
+        )?;
+        self.state.proxy_pids.push(child.id());
+        write_state(&self.state)?;
+        // Ready when its nftables table exists.
+        wait_ready(&mut child, &log, &what, || {
+            self.ns_run(host, "nft", &["list", "table", "inet", "satpep"])
+                .is_ok()
+        })?;
+        self.proxies.push((host, child));
+        Ok(())
+    }
+
+    /// Stops `host`'s proxy with `signal` (SIGTERM: a clean stop; SIGKILL: a crash) and waits
+    /// until it has exited. Returns whether one was running.
+    pub fn signal_proxy(&mut self, host: Host, signal: i32) -> bool {
+        let Some(i) = self.proxies.iter().position(|(h, _)| *h == host) else {
+            return false;
+        };
+        let (_, mut c) = self.proxies.remove(i);
+        let pid = c.id();
+        // SAFETY: signalling our own child, not yet reaped.
+        unsafe { libc::kill(pid as i32, signal) };
+        let _ = c.wait();
+        self.state.proxy_pids.retain(|p| *p != pid);
+        let _ = write_state(&self.state);
+        true
+    }
+
+    /// Starts `host`'s proxy again after [`Lab::signal_proxy`], with the same configuration.
+    pub fn restart_proxy(&mut self, host: Host) -> Result<(), String> {
+        self.launch_proxy(host)
+    }
+
+    /// Hosts whose proxy is running, in start order.
+    pub fn proxy_hosts(&self) -> Vec<Host> {
+        self.proxies.iter().map(|(h, _)| *h).collect()
+    }
+
     /// Stops the proxies, if running.
     pub fn stop_proxies(&mut self) {
-        for c in self.proxies.drain(..) {
+        for (_, c) in self.proxies.drain(..) {
             stop_child(c);
         }
         for pid in std::mem::take(&mut self.state.proxy_pids) {

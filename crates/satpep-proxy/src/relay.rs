@@ -11,7 +11,7 @@
 //! user space. If the kernel will not give a pipe, the direction falls back to copying
 //! through a user-space buffer of the same size.
 
-use crate::sockets::reset_on_close;
+use crate::sockets::{close_cleanly, reset_on_close};
 use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -120,6 +120,10 @@ pub async fn relay(
     if is_reset(&up_end) || is_reset(&down_end) {
         reset_on_close(SockRef::from(&client));
         reset_on_close(SockRef::from(&server));
+    } else {
+        // Both directions ended with a FIN: only now may a close be a clean one.
+        close_cleanly(SockRef::from(&client));
+        close_cleanly(SockRef::from(&server));
     }
     // A direction still running when the other was reset was cut off.
     let (up_end, up) = up_end.unwrap_or((End::ResetOut, 0));

@@ -348,6 +348,8 @@ fn accept_client(
     Option<crate::hold::Ready>,
 )> {
     reg.counters.total.fetch_add(1, Relaxed);
+    // From here until a clean end, a close of the client's socket (a crash's too) is a reset.
+    crate::sockets::arm(SockRef::from(client));
     let src = canonical(peer);
     let dst = canonical(client.local_addr().ok()?);
     if let Err(e) = tune(SockRef::from(client), down_leg) {
@@ -420,6 +422,7 @@ async fn handle(
             return;
         }
     };
+    crate::sockets::arm(SockRef::from(&server));
     info!(%src, %dst, "split");
     let (sat, ter) = if cfg.satellite_upstream {
         (&server, &client)

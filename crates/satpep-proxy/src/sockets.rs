@@ -184,3 +184,16 @@ pub fn canonical(a: SocketAddr) -> SocketAddr {
 pub fn reset_on_close(s: SockRef<'_>) {
     let _ = s.set_linger(Some(std::time::Duration::ZERO));
 }
+
+/// Arms a relayed socket: until [`close_cleanly`], any close, including the kernel's when the
+/// proxy dies, sends RST. Without this a crashed proxy's client sockets would send their
+/// queued bytes and then a FIN, and a cut transfer would look complete.
+pub fn arm(s: SockRef<'_>) {
+    reset_on_close(s)
+}
+
+/// Disarms a socket whose relay ended with a FIN each way: its close sends what is queued and
+/// then FIN, as usual.
+pub fn close_cleanly(s: SockRef<'_>) {
+    let _ = s.set_linger(None);
+}

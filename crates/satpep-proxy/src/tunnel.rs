@@ -375,6 +375,8 @@ async fn relay(
         reset_on_close(SockRef::from(&tcp));
         let _ = send.reset(CODE_RESET);
         let _ = recv.stop(CODE_RESET);
+    } else {
+        crate::sockets::close_cleanly(SockRef::from(&tcp));
     }
     let (to_stream_end, sent) = a.unwrap_or((End::ResetOut, 0));
     let (to_tcp_end, received) = b.unwrap_or((End::ResetOut, 0));
@@ -560,6 +562,7 @@ async fn gateway_flow(
     if let Err(e) = crate::sockets::tune(SockRef::from(&server), &leg) {
         warn!(%src, %dst, error = %e, "tuning the server leg failed");
     }
+    crate::sockets::arm(SockRef::from(&server));
     let dup = {
         use std::os::fd::AsFd;
         server.as_fd().try_clone_to_owned()

@@ -105,6 +105,17 @@ Examples:
   satpep lab run my.toml --out results/my --only http --json"
     )]
     Run(satpep_lab::experiment::RunArgs),
+    /// The fault matrix's crash server (internal): accepts one connection on PORT and sends
+    /// a checked pattern until it is killed, never reading.
+    #[command(hide = true)]
+    FaultServer {
+        /// TCP port to listen on (all addresses).
+        #[arg(long)]
+        port: u16,
+        /// Seed of the pattern.
+        #[arg(long, default_value_t = 2)]
+        seed: u64,
+    },
 }
 
 pub fn main(cmd: LabCmd) -> Result<(), String> {
@@ -222,5 +233,6 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             Ok(())
         }
         LabSub::Run(args) => satpep_lab::experiment::run(args),
+        LabSub::FaultServer { port, seed } => satpep_lab::faults::fault_server(port, seed),
     }
 }
