@@ -15,7 +15,8 @@ pub struct RunArgs {
     /// emulator's accuracy and CPU, ~11 min), `relay-overhead` (split proxy against plain
     /// forwarding, ~2 min), `cc-sweep` (controllers over 100 Mbit/s, 600 ms, BER 0…1e-5;
     /// ~40 min, --quick ~9), `tunnel` (distributed mode against end-to-end and split;
-    /// ~25 min, --quick ~8) or `faults` (the fault matrix; ~15 min, --quick ~3).
+    /// ~25 min, --quick ~8), `faults` (the fault matrix; ~15 min, --quick ~2) or `load`
+    /// (10 000 concurrent connections; --quick 1 000).
     #[arg(required_unless_present = "list")]
     pub experiment: Option<String>,
     /// List the presets and benchmarks and exit.
@@ -43,11 +44,12 @@ pub struct RunArgs {
     pub fresh: bool,
 }
 
-const BENCHMARKS: [(&str, &str); 5] = [
+const BENCHMARKS: [(&str, &str); 6] = [
     ("link-accuracy", "the emulator's rate, delay and loss accuracy and CPU cost (~11 min)"),
     ("relay-overhead", "the split proxy's throughput and CPU against plain forwarding (~2 min)"),
     ("cc-sweep", "congestion controls over 100 Mbit/s, 600 ms, BER 0 to 1e-5 (~40 min, --quick ~9)"),
     ("tunnel", "distributed mode against end-to-end and split: BER sweep, T1, fetch, overhead, outage (~25 min)"),
+    ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~5 min, --quick 1 000)"),
     ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~15 min, --quick ~3)"),
 ];
 
@@ -103,6 +105,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
             "relay-overhead" => crate::relay_bench::run(&args),
             "cc-sweep" => crate::cc_sweep::run(&args),
             "faults" => crate::faults::run(&args),
+            "load" => crate::load_bench::run(&args),
             _ => crate::tunnel_bench::run(&args),
         };
     };

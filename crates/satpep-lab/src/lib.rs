@@ -12,6 +12,7 @@ pub mod cc_sweep;
 pub mod checked;
 pub mod faults;
 pub mod http;
+pub mod load_bench;
 pub mod progress;
 pub mod relay_bench;
 pub mod scenario;

@@ -213,10 +213,7 @@ pub async fn run(
             if cfg.interactive_ports.contains(&conn.dst.port()) {
                 continue;
             }
-            let Some(fd) = conn.satellite_fd() else {
-                continue;
-            };
-            let Some(info) = crate::tcpinfo::read(fd) else {
+            let Some(info) = conn.with_satellite(crate::tcpinfo::read).flatten() else {
                 continue;
             };
             // Nothing to classify before a few RTTs of data: the first choice is made once
@@ -256,7 +253,11 @@ pub async fn run(
                 }
                 continue;
             }
-            match crate::sockets::set_congestion(fd, &want) {
+            let Some(set) = conn.with_satellite(|fd| crate::sockets::set_congestion(fd, &want))
+            else {
+                continue;
+            };
+            match set {
                 Ok(()) => {
                     tracing::info!(
                         src = %conn.src,

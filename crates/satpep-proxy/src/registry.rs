@@ -4,7 +4,7 @@ use crate::tcpinfo::{self, LegInfo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -48,9 +48,13 @@ pub struct Conn {
     pub up: AtomicU64,
     /// Server → client bytes so far.
     pub down: AtomicU64,
-    /// None for a tunnel flow: its satellite leg is a QUIC stream.
-    satellite: Option<OwnedFd>,
-    terrestrial: OwnedFd,
+    /// The legs' descriptors (satellite: none for a tunnel flow, whose satellite leg is a QUIC
+    /// stream), borrowed from the connection's owner, which closes the sockets only after
+    /// [`Registry::remove`] has emptied this under its lock. So every use through
+    /// [`Conn::with_satellite`] and [`Conn::with_terrestrial`] sees an open socket, and no
+    /// descriptor is spent on duplicates (a proxy at 10 000 connections is near the
+    /// descriptor limit).
+    fds: Mutex<Option<(Option<RawFd>, RawFd)>>,
     /// Adaptive congestion control state of the satellite leg.
     pub adaptive: Mutex<Option<Adaptive>>,
 }
@@ -89,10 +93,17 @@ impl Conn {
         self.started.elapsed()
     }
 
-    /// The satellite leg's descriptor (a duplicate; for TCP_INFO and TCP_CONGESTION); none
-    /// for a tunnel flow.
-    pub fn satellite_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.satellite.as_ref().map(|f| f.as_raw_fd())
+    /// Runs `f` on the satellite leg's socket (for TCP_INFO and TCP_CONGESTION) while the
+    /// connection is live; `None` for a tunnel flow or once it is closed.
+    pub fn with_satellite<T>(&self, f: impl FnOnce(RawFd) -> T) -> Option<T> {
+        let fds = self.fds.lock().unwrap();
+        fds.and_then(|(sat, _)| sat).map(f)
+    }
+
+    /// Runs `f` on the terrestrial leg's socket while the connection is live.
+    pub fn with_terrestrial<T>(&self, f: impl FnOnce(RawFd) -> T) -> Option<T> {
+        let fds = self.fds.lock().unwrap();
+        fds.map(|(_, ter)| f(ter))
     }
 }
 
@@ -130,15 +141,14 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Records a new split connection; `satellite` and `terrestrial` are duplicates of the
-    /// two legs' descriptors (kept only to read TCP_INFO); a tunnel flow has no satellite
-    /// socket.
+    /// Records a new split connection with its two legs' descriptors (a tunnel flow has no
+    /// satellite socket). The caller must [`Registry::remove`] it before closing them.
     pub fn add(
         &self,
         src: SocketAddr,
         dst: SocketAddr,
-        satellite: Option<OwnedFd>,
-        terrestrial: OwnedFd,
+        satellite: Option<RawFd>,
+        terrestrial: RawFd,
     ) -> Arc<Conn> {
         let id = self.next.fetch_add(1, Relaxed) + 1;
         let c = Arc::new(Conn {
@@ -148,8 +158,7 @@ impl Registry {
             started: Instant::now(),
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
-            satellite,
-            terrestrial,
+            fds: Mutex::new(Some((satellite, terrestrial))),
             adaptive: Mutex::new(None),
         });
         self.conns.lock().unwrap().insert(id, c.clone());
@@ -162,25 +171,16 @@ impl Registry {
         let k = &self.counters;
         k.bytes_up.fetch_add(c.up.load(Relaxed), Relaxed);
         k.bytes_down.fetch_add(c.down.load(Relaxed), Relaxed);
-        if let Some(i) = c.satellite_fd().and_then(tcpinfo::read) {
+        if let Some(i) = c.with_satellite(tcpinfo::read).flatten() {
             k.retrans_satellite
                 .fetch_add(i.total_retrans as u64, Relaxed);
         }
-        if let Some(i) = tcpinfo::read(c.terrestrial.as_raw_fd()) {
+        if let Some(i) = c.with_terrestrial(tcpinfo::read).flatten() {
             k.retrans_terrestrial
                 .fetch_add(i.total_retrans as u64, Relaxed);
         }
-    }
-
-    /// Makes every live connection's sockets send RST when closed; returns how many.
-    pub fn reset_all(&self) -> usize {
-        let conns = self.conns.lock().unwrap();
-        for c in conns.values() {
-            for fd in c.satellite.iter().chain([&c.terrestrial]) {
-                crate::sockets::reset_on_close(socket2::SockRef::from(fd));
-            }
-        }
-        conns.len()
+        // From here the owner may close the sockets.
+        *c.fds.lock().unwrap() = None;
     }
 
     /// The live connections.
@@ -200,8 +200,8 @@ impl Registry {
                 age_s: c.started.elapsed().as_secs_f64(),
                 bytes_up: c.up.load(Relaxed),
                 bytes_down: c.down.load(Relaxed),
-                satellite: c.satellite_fd().and_then(tcpinfo::read),
-                terrestrial: tcpinfo::read(c.terrestrial.as_raw_fd()),
+                satellite: c.with_satellite(tcpinfo::read).flatten(),
+                terrestrial: c.with_terrestrial(tcpinfo::read).flatten(),
                 adaptive: c.adaptive.lock().unwrap().as_ref().map(|a| AdaptiveStatus {
                     class: a.class.map(|k| k.name()).unwrap_or("").into(),
                     switches: a.switches,

@@ -9,7 +9,8 @@
 //!
 //! The buffer is a kernel pipe and bytes move with splice(2), so payload is never copied into
 //! user space. If the kernel will not give a pipe, the direction falls back to copying
-//! through a user-space buffer of the same size.
+//! through a user-space buffer of the same size. Either is held only while bytes are in
+//! flight: an idle connection costs its two sockets and no buffer.
 
 use crate::sockets::{close_cleanly, reset_on_close};
 use socket2::SockRef;
@@ -88,42 +89,27 @@ where
 /// With `zero_copy` the bytes move through kernel pipes; if the kernel gives none, or without
 /// it, they are copied (see [`Relayed::copied`]).
 pub async fn relay(
-    mut client: TcpStream,
-    mut server: TcpStream,
+    client: &mut TcpStream,
+    server: &mut TcpStream,
     buf_len: usize,
     zero_copy: bool,
     up: &AtomicU64,
     down: &AtomicU64,
 ) -> Relayed {
-    let pipes = if zero_copy {
-        Pipe::new(buf_len).zip(Pipe::new(buf_len))
-    } else {
-        None
-    };
-    let copied = pipes.is_none();
-    let (up_end, down_end) = match pipes {
-        Some((p_up, p_down)) => {
-            both_ways(
-                splice_one_way(&client, &server, p_up, up),
-                splice_one_way(&server, &client, p_down, down),
-            )
-            .await
-        }
-        None => {
-            // Borrowed halves: unlike owned ones they send no FIN when dropped, so a
-            // direction cut short by a reset cannot look like a complete stream.
-            let (cr, cw) = client.split();
-            let (sr, sw) = server.split();
-            both_ways(copy(cr, sw, buf_len, up), copy(sr, cw, buf_len, down)).await
-        }
-    };
+    let copied = std::sync::atomic::AtomicBool::new(false);
+    let (up_end, down_end) = both_ways(
+        one_way(client, server, buf_len, zero_copy, up, &copied),
+        one_way(server, client, buf_len, zero_copy, down, &copied),
+    )
+    .await;
+    let copied = copied.load(Relaxed);
     if is_reset(&up_end) || is_reset(&down_end) {
-        reset_on_close(SockRef::from(&client));
-        reset_on_close(SockRef::from(&server));
+        reset_on_close(SockRef::from(&*client));
+        reset_on_close(SockRef::from(&*server));
     } else {
         // Both directions ended with a FIN: only now may a close be a clean one.
-        close_cleanly(SockRef::from(&client));
-        close_cleanly(SockRef::from(&server));
+        close_cleanly(SockRef::from(&*client));
+        close_cleanly(SockRef::from(&*server));
     }
     // A direction still running when the other was reset was cut off.
     let (up_end, up) = up_end.unwrap_or((End::ResetOut, 0));
@@ -169,10 +155,37 @@ struct Pipe {
     cap: usize,
 }
 
+/// Relay pipes that may still be opened; past them, directions use heap buffers. Unlimited
+/// until the proxy sets it from its descriptor budget.
+static PIPE_BUDGET: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(i64::MAX / 2);
+
+/// Sets how many relay pipes may be open at once (each holds two descriptors).
+pub fn set_pipe_budget(pipes: u64) {
+    PIPE_BUDGET.store(pipes.min(i64::MAX as u64 / 2) as i64, Relaxed);
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        PIPE_BUDGET.fetch_add(1, Relaxed);
+    }
+}
+
 impl Pipe {
     /// A non-blocking pipe of about `len` bytes; `None` if the kernel will not give one (out of
     /// descriptors, or past the per-user pipe page limit), in which case the caller copies.
     fn new(len: usize) -> Option<Pipe> {
+        if PIPE_BUDGET.fetch_sub(1, Relaxed) <= 0 {
+            PIPE_BUDGET.fetch_add(1, Relaxed);
+            return None;
+        }
+        let Some(p) = Self::open(len) else {
+            PIPE_BUDGET.fetch_add(1, Relaxed);
+            return None;
+        };
+        Some(p)
+    }
+
+    fn open(len: usize) -> Option<Pipe> {
         let mut fds = [0i32; 2];
         // SAFETY: fds has room for the two descriptors pipe2 writes.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
@@ -236,9 +249,7 @@ enum Filled {
     PipeFull,
 }
 
-/// Relays one direction through a pipe. Same contract as [`copy`]: at most one pipe of data is
-/// in flight, so a slow writer leaves the excess in the reader's receive buffer.
-/// Bytes one direction holds in its pipe, mirrored in [`PIPED`] for as long as it lives.
+/// Bytes one direction holds in its buffer, mirrored in [`PIPED`] for as long as it lives.
 struct Held(usize);
 
 impl Held {
@@ -258,43 +269,101 @@ impl Drop for Held {
     }
 }
 
-async fn splice_one_way(r: &TcpStream, w: &TcpStream, pipe: Pipe, live: &AtomicU64) -> (End, u64) {
+/// A direction's buffer, held only while bytes are in flight: a kernel pipe, or a heap
+/// buffer when the kernel gives no pipe (or zero copy is off).
+enum Buf {
+    Pipe(Pipe),
+    Heap(Vec<u8>),
+}
+
+/// Relays one direction. Same contract as [`copy`]: at most one buffer of data is in flight,
+/// so a slow writer leaves the excess in the reader's receive buffer. The buffer is taken when
+/// data arrives and given back once everything read has been written and the socket is
+/// empty, so an idle connection holds two descriptors and no buffer memory.
+async fn one_way(
+    r: &TcpStream,
+    w: &TcpStream,
+    len: usize,
+    zero_copy: bool,
+    live: &AtomicU64,
+    copied: &std::sync::atomic::AtomicBool,
+) -> (End, u64) {
     let (rfd, wfd) = (r.as_raw_fd(), w.as_raw_fd());
-    let (pr, pw) = (pipe.r.as_raw_fd(), pipe.w.as_raw_fd());
     let (mut count, mut eof, mut pipe_full) = (0u64, false, false);
-    // Bytes now in the pipe; counted in PIPED until drained, or until this future ends.
+    // Bytes now buffered; counted in PIPED until written, or until this future ends.
     let mut held = Held(0);
+    // Heap buffer: the pending bytes are [start, start + held).
+    let mut start = 0usize;
+    let mut buf: Option<Buf> = None;
     loop {
-        if !eof && !pipe_full && held.0 < pipe.cap {
-            let got = r.try_io(Interest::READABLE, || {
-                match splice(rfd, pw, pipe.cap - held.0) {
-                    Ok(0) => Ok(Filled::Eof),
-                    Ok(n) => Ok(Filled::Bytes(n)),
-                    // EAGAIN has two causes; only an empty socket may clear its readiness.
-                    Err(e)
-                        if e.kind() == io::ErrorKind::WouldBlock
-                            && held.0 > 0
-                            && queued_in(rfd) > 0 =>
-                    {
-                        Ok(Filled::PipeFull)
+        let b = match &mut buf {
+            Some(b) => b,
+            None => {
+                // Idle: wait for data (or the end) without holding a buffer.
+                if r.readable().await.is_err() {
+                    return (End::ResetIn, count);
+                }
+                start = 0;
+                buf.insert(match zero_copy.then(|| Pipe::new(len)).flatten() {
+                    Some(p) => Buf::Pipe(p),
+                    None => {
+                        copied.store(true, Relaxed);
+                        Buf::Heap(vec![0u8; len])
                     }
-                    Err(e) => Err(e),
+                })
+            }
+        };
+        let room = match b {
+            Buf::Pipe(p) => p.cap - held.0,
+            Buf::Heap(v) => v.len() - start - held.0,
+        };
+        let mut socket_empty = false;
+        if !eof && !pipe_full && room > 0 {
+            let got = match b {
+                Buf::Pipe(p) => {
+                    let pw = p.w.as_raw_fd();
+                    r.try_io(Interest::READABLE, || match splice(rfd, pw, room) {
+                        Ok(0) => Ok(Filled::Eof),
+                        Ok(n) => Ok(Filled::Bytes(n)),
+                        // EAGAIN has two causes; only an empty socket may clear its readiness.
+                        Err(e)
+                            if e.kind() == io::ErrorKind::WouldBlock
+                                && held.0 > 0
+                                && queued_in(rfd) > 0 =>
+                        {
+                            Ok(Filled::PipeFull)
+                        }
+                        Err(e) => Err(e),
+                    })
                 }
-            });
+                Buf::Heap(v) => r.try_read(&mut v[start + held.0..]).map(|n| {
+                    if n == 0 {
+                        Filled::Eof
+                    } else {
+                        Filled::Bytes(n)
+                    }
+                }),
+            };
             match got {
-                Ok(Filled::Bytes(n)) => {
-                    held.add(n);
-                }
+                Ok(Filled::Bytes(n)) => held.add(n),
                 Ok(Filled::Eof) => eof = true,
                 Ok(Filled::PipeFull) => pipe_full = true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket_empty = true,
                 Err(_) => return (End::ResetIn, count),
             }
         }
         if held.0 > 0 {
-            match w.try_io(Interest::WRITABLE, || splice(pr, wfd, held.0)) {
+            let put = match b {
+                Buf::Pipe(p) => {
+                    let pr = p.r.as_raw_fd();
+                    w.try_io(Interest::WRITABLE, || splice(pr, wfd, held.0))
+                }
+                Buf::Heap(v) => w.try_write(&v[start..start + held.0]),
+            };
+            match put {
                 Ok(n) => {
                     held.sub(n);
+                    start = if held.0 == 0 { 0 } else { start + n };
                     count += n as u64;
                     live.fetch_add(n as u64, Relaxed);
                     pipe_full = false;
@@ -310,7 +379,17 @@ async fn splice_one_way(r: &TcpStream, w: &TcpStream, pipe: Pipe, live: &AtomicU
                 Err(_) => (End::ResetOut, count),
             };
         }
-        let want_read = !eof && !pipe_full && held.0 < pipe.cap;
+        if held.0 == 0 && socket_empty {
+            // Nothing in flight and nothing to read: give the buffer back.
+            buf = None;
+            continue;
+        }
+        let room = match &buf {
+            Some(Buf::Pipe(p)) => p.cap - held.0,
+            Some(Buf::Heap(v)) => v.len() - start - held.0,
+            None => 0,
+        };
+        let want_read = !eof && !pipe_full && room > 0;
         let want_write = held.0 > 0;
         // Readiness futures return at once while the last attempt left readiness set, and
         // they are yield points, so a busy connection cannot starve the others.

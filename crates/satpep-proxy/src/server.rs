@@ -103,6 +103,28 @@ pub async fn run(
         drop(bundled);
         return r;
     }
+    // A split connection holds two sockets here, a tunnel flow one. Past what fits, new
+    // connections bypass (as at proxy.max_connections) instead of failing to be accepted.
+    let budget = crate::sockets::fd_budget(
+        cfg.max_connections,
+        if cfg.tunnel.is_some() { 1 } else { 2 },
+    );
+    crate::relay::set_pipe_budget(budget.pipes);
+    if budget.connections < u64::from(cfg.max_connections) {
+        warn!(
+            limit = budget.limit,
+            "the descriptor limit fits {} connections, not proxy.max_connections = {}: past them new connections bypass; raise the hard limit (LimitNOFILE) to {} for all",
+            budget.connections,
+            cfg.max_connections,
+            u64::from(cfg.max_connections) * 6 + 256
+        );
+    } else {
+        tracing::debug!(
+            limit = budget.limit,
+            pipes = budget.pipes,
+            "descriptor budget"
+        );
+    }
     let terminal = match &cfg.tunnel {
         Some(t) => {
             let term = Terminal::start(t)?;
@@ -150,7 +172,7 @@ pub async fn run(
         "intercepting"
     );
     let admission = Arc::new(Admission {
-        max: cfg.max_connections as u64,
+        max: budget.connections,
         max_memory: cfg.max_memory,
         memory: AtomicU64::new(0),
         bypassing: std::sync::Mutex::new(None),
@@ -210,9 +232,10 @@ pub async fn run(
             }
         }
     }
-    // Live connections end with a reset on both legs: a FIN would let a cut transfer look
-    // complete. (The registry's descriptors keep the sockets open until it is dropped.)
-    let live = registry.reset_all();
+    // Live connections end with a reset on both legs, not a FIN that would let a cut
+    // transfer look complete: their sockets are armed (sockets::arm) until a clean end, so
+    // they reset when the process exits.
+    let live = registry.live().len();
     if live > 0 {
         warn!(live, "stopping: resetting live connections");
     }
@@ -429,24 +452,23 @@ async fn handle(
     } else {
         (&client, &server)
     };
-    let dup = |s: &tokio::net::TcpStream| {
-        use std::os::fd::AsFd;
-        s.as_fd().try_clone_to_owned()
-    };
-    let conn = match (dup(sat), dup(ter)) {
-        (Ok(a), Ok(b)) => reg.add(src, dst, Some(a), b),
-        _ => {
-            warn!(%src, %dst, "out of file descriptors; resetting");
-            reset_on_close(SockRef::from(&client));
-            reset_on_close(SockRef::from(&server));
-            return;
-        }
-    };
+    use std::os::fd::AsRawFd;
+    let conn = reg.add(src, dst, Some(sat.as_raw_fd()), ter.as_raw_fd());
     conn.up.fetch_add(first.len() as u64, Relaxed);
-    let r = relay(client, server, cfg.buffer, cfg.splice, &conn.up, &conn.down).await;
+    let (mut client, mut server) = (client, server);
+    let r = relay(
+        &mut client,
+        &mut server,
+        cfg.buffer,
+        cfg.splice,
+        &conn.up,
+        &conn.down,
+    )
+    .await;
     if r.copied {
         c.copied.fetch_add(1, Relaxed);
     }
+    // Before the sockets close (at the end of this function).
     reg.remove(&conn);
     let clean = r.up_end == End::Fin && r.down_end == End::Fin;
     info!(%src, %dst, up = r.up, down = r.down, clean, "closed");
@@ -477,7 +499,7 @@ async fn gateway(
         shutdown,
     )
     .await;
-    let live = registry.reset_all();
+    let live = registry.live().len();
     if live > 0 {
         warn!(live, "stopping: resetting live connections");
     }
@@ -524,17 +546,11 @@ async fn handle_tunnel(
             }
         },
     };
-    let dup = {
-        use std::os::fd::AsFd;
-        client.as_fd().try_clone_to_owned()
-    };
-    let Ok(fd) = dup else {
-        warn!(%src, %dst, "out of file descriptors; resetting");
-        reset_on_close(SockRef::from(&client));
-        return;
-    };
-    let conn = reg.add(src, dst, None, fd);
+    use std::os::fd::AsRawFd;
+    let conn = reg.add(src, dst, None, client.as_raw_fd());
     info!(%src, %dst, "tunnel flow");
-    crate::tunnel::relay_terminal(client, flow, src, dst, &reg, &conn).await;
+    let mut client = client;
+    crate::tunnel::relay_terminal(&mut client, flow, src, dst, &reg, &conn).await;
+    // Before the socket closes (at the end of this function).
     reg.remove(&conn);
 }

@@ -197,3 +197,65 @@ pub fn arm(s: SockRef<'_>) {
 pub fn close_cleanly(s: SockRef<'_>) {
     let _ = s.set_linger(None);
 }
+
+/// Descriptors kept free for everything but connections: listeners, the runtime, logs.
+const RESERVE_FDS: u64 = 256;
+
+/// How many connections fit this process's descriptors, and how many relay pipes besides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FdBudget {
+    /// The soft descriptor limit now in force.
+    pub limit: u64,
+    /// Connections that fit (never more than asked for).
+    pub connections: u64,
+    /// Relay pipes that fit besides (each takes two descriptors); past them, directions relay
+    /// through heap buffers.
+    pub pipes: u64,
+}
+
+/// Raises this process's descriptor limit so `max_connections` connections fit, each with
+/// `sockets` sockets (2 for a split connection, 1 for a tunnel flow) and two relay pipes, then
+/// says what fits: when the hard limit cannot be raised (no CAP_SYS_RESOURCE), fewer
+/// connections, and pipes only in what is left.
+pub fn fd_budget(max_connections: u32, sockets: u64) -> FdBudget {
+    let n = u64::from(max_connections);
+    let want = n * (sockets + 4) + RESERVE_FDS;
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit we own.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    if r.rlim_cur < want {
+        // Root may raise the hard limit (up to fs.nr_open); anyone may raise the soft one to it.
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .unwrap_or(want);
+        let target = want.min(nr_open);
+        let up = libc::rlimit {
+            rlim_cur: target,
+            rlim_max: target.max(r.rlim_max),
+        };
+        // SAFETY: setrlimit reads one rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &up) } != 0 {
+            let soft = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            // SAFETY: as above; raising the soft limit to the hard one needs no privilege.
+            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &soft) };
+        }
+        // SAFETY: as above.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    }
+    let limit = r.rlim_cur;
+    let usable = limit.saturating_sub(RESERVE_FDS);
+    let connections = n.min(usable / sockets.max(1));
+    let pipes = (usable - connections * sockets) / 2;
+    FdBudget {
+        limit,
+        connections,
+        pipes,
+    }
+}

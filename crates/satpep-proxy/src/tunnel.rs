@@ -280,7 +280,7 @@ async fn read_answer(r: &mut RecvStream, reader: &mut InOrder) -> Option<Answer>
 /// Relays a terminal flow: client ↔ stream. Fast mode reads the answer here; a failed
 /// server resets the client.
 pub async fn relay_terminal(
-    client: TcpStream,
+    client: &mut TcpStream,
     mut flow: Flow,
     src: SocketAddr,
     dst: SocketAddr,
@@ -322,7 +322,7 @@ struct FlowEnd {
 /// reset (then everything is reset). `to_stream` and `to_tcp` count bytes as they go. With
 /// `await_answer`, the stream's first byte is the gateway's answer and is not relayed.
 async fn relay(
-    tcp: TcpStream,
+    tcp: &mut TcpStream,
     send: &mut SendStream,
     recv: &mut RecvStream,
     reader: &mut InOrder,
@@ -330,7 +330,6 @@ async fn relay(
     to_tcp: &AtomicU64,
     await_answer: bool,
 ) -> FlowEnd {
-    let mut tcp = tcp;
     let (tr, mut tw) = tcp.split();
     // quinn's SendStream is an AsyncWrite whose shutdown is `finish`: split mode's copy
     // relays this direction with the same FIN and reset semantics.
@@ -372,11 +371,11 @@ async fn relay(
     let (a, b) = crate::relay::both_ways(up, down).await;
     let reset = |e: &Option<(End, u64)>| matches!(e, Some((End::ResetIn | End::ResetOut, _)));
     if reset(&a) || reset(&b) {
-        reset_on_close(SockRef::from(&tcp));
+        reset_on_close(SockRef::from(&*tcp));
         let _ = send.reset(CODE_RESET);
         let _ = recv.stop(CODE_RESET);
     } else {
-        crate::sockets::close_cleanly(SockRef::from(&tcp));
+        crate::sockets::close_cleanly(SockRef::from(&*tcp));
     }
     let (to_stream_end, sent) = a.unwrap_or((End::ResetOut, 0));
     let (to_tcp_end, received) = b.unwrap_or((End::ResetOut, 0));
@@ -563,20 +562,18 @@ async fn gateway_flow(
         warn!(%src, %dst, error = %e, "tuning the server leg failed");
     }
     crate::sockets::arm(SockRef::from(&server));
-    let dup = {
-        use std::os::fd::AsFd;
-        server.as_fd().try_clone_to_owned()
-    };
-    let ok = f.send.write_all(&[Answer::Connected as u8]).await.is_ok();
-    let (true, Ok(fd)) = (ok, dup) else {
-        reset_on_close(SockRef::from(&server));
+    if f.send.write_all(&[Answer::Connected as u8]).await.is_err() {
         return;
-    };
+    }
     c.active.fetch_add(1, Relaxed);
-    let conn = reg.add(src, dst, None, fd);
+    let conn = {
+        use std::os::fd::AsRawFd;
+        reg.add(src, dst, None, server.as_raw_fd())
+    };
     info!(%src, %dst, "tunnel flow");
+    let mut server = server;
     let r = relay(
-        server,
+        &mut server,
         &mut f.send,
         &mut f.recv,
         &mut f.reader,
@@ -586,6 +583,7 @@ async fn gateway_flow(
     )
     .await;
     f.finished = r.to_stream == End::Fin;
+    // Before the socket closes (at the end of this function).
     reg.remove(&conn);
     c.active.fetch_sub(1, Relaxed);
     let clean = r.to_stream == End::Fin && r.to_tcp == End::Fin;

@@ -116,6 +116,17 @@ Examples:
         #[arg(long, default_value_t = 2)]
         seed: u64,
     },
+    /// The load benchmark's server half (internal): accepts up to COUNT connections on PORT
+    /// and runs the commands read from stdin (accepted, echo, busy, close).
+    #[command(hide = true)]
+    LoadServer {
+        /// TCP port to listen on (all addresses).
+        #[arg(long)]
+        port: u16,
+        /// Connections to accept.
+        #[arg(long)]
+        count: usize,
+    },
 }
 
 pub fn main(cmd: LabCmd) -> Result<(), String> {
@@ -234,5 +245,6 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
         }
         LabSub::Run(args) => satpep_lab::experiment::run(args),
         LabSub::FaultServer { port, seed } => satpep_lab::faults::fault_server(port, seed),
+        LabSub::LoadServer { port, count } => satpep_lab::load_bench::load_server(port, count),
     }
 }

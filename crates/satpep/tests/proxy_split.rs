@@ -295,6 +295,7 @@ fn past_the_memory_limit_connections_bypass_and_keep_working() {
         }
     });
     let gw_log = format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name);
+    let term_log = format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name);
     let log = move || std::fs::read_to_string(&gw_log).unwrap();
     let splits = {
         let log = log.clone();
@@ -307,7 +308,12 @@ fn past_the_memory_limit_connections_bypass_and_keep_working() {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("no '{what}' in the gateway's log:\n{}", log());
+        panic!(
+            "no '{what}' in the gateway's log:\n{}\nterminal:\n{}\n{}",
+            log(),
+            std::fs::read_to_string(&term_log).unwrap_or_default(),
+            std::fs::read_to_string("/proc/net/sockstat").unwrap()
+        );
     };
     let client = lab.ns(Host::Client);
     let slow = in_netns(&client, || TcpStream::connect("198.18.3.2:9004").unwrap())

@@ -1,0 +1,590 @@
+//! `satpep lab run load`: many concurrent connections end to end, through the split proxies
+//! and through the tunnel, side by side in one run. For each mode:
+//! 1. open N connections from the client to the server as fast as 32 threads can: new
+//!    connections per second, and failures;
+//! 2. send one byte on each and have the server echo it: every connection is real and relayed;
+//! 3. idle: the proxies' resident memory and descriptors per connection;
+//! 4. busy: the server pushes 32 KB down every connection at once while the clients read and
+//!    verify them: peak memory (the proxies' and the kernel's TCP buffers) per connection;
+//! 5. close everything: the proxies' descriptors and memory afterwards, and how long they take
+//!    to get back to where they started.
+
+use crate::checked::{fill, in_netns, pattern_byte};
+use crate::experiment::RunArgs;
+use crate::progress::Progress;
+use crate::topology::{Host, Lab, Pep, UpOptions, SERVER_V4};
+use satpep_link::config::LinkSpec;
+use serde::Serialize;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LINK: &str = "[both]\nrate = '200Mbit'\ndelay = '5ms'\n";
+const PORT: u16 = 9700;
+const BUSY_BYTES: usize = 32 << 10;
+const CONNECTORS: usize = 32;
+
+/// One mode's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadRow {
+    /// "end-to-end", "split" or "tunnel".
+    pub mode: String,
+    /// Connections asked for.
+    pub connections: usize,
+    /// Connections the client opened.
+    pub connected: usize,
+    /// Connection attempts that failed.
+    pub failed_connects: u64,
+    /// Connections the server accepted.
+    pub accepted: usize,
+    /// Connections whose byte came back.
+    pub echoed: usize,
+    /// Connections whose 32 KB arrived intact in the busy phase.
+    pub busy_intact: usize,
+    /// New connections per second while opening them all.
+    pub connects_per_s: f64,
+    /// The proxies' resident memory before, with all connections idle, at the busy peak and
+    /// after closing, bytes (both proxies together).
+    pub rss: [u64; 4],
+    /// The proxies' open descriptors at the same four moments.
+    pub fds: [u64; 4],
+    /// The kernel's TCP buffer memory (all sockets of the machine) at the same moments, bytes.
+    pub tcp_mem: [u64; 4],
+    /// Proxy resident memory per idle connection, bytes.
+    pub rss_per_idle: f64,
+    /// Proxy resident memory per busy connection (peak), bytes.
+    pub rss_per_busy: f64,
+    /// Kernel TCP memory per busy connection (peak, all sockets of both ends and proxies), bytes.
+    pub tcp_mem_per_busy: f64,
+    /// Seconds after the last close until the proxies' descriptors were back to the start.
+    pub drain_s: Option<f64>,
+}
+
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let l = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_string();
+            l.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+fn fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+}
+
+/// The kernel's TCP memory, bytes (`/proc/net/sockstat`, machine-wide).
+fn tcp_mem() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
+    std::fs::read_to_string("/proc/net/sockstat")
+        .ok()
+        .and_then(|s| {
+            let l = s.lines().find(|l| l.starts_with("TCP:"))?.to_string();
+            let mut it = l.split_whitespace();
+            it.find(|w| *w == "mem")?;
+            it.next()?.parse::<u64>().ok()
+        })
+        .unwrap_or(0)
+        * page
+}
+
+/// Raises this process's descriptor limit to hold `n` connections' two ends.
+fn raise_own_fd_limit(n: usize) {
+    let want = (n as u64) * 2 + 4096;
+    let r = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: want,
+    };
+    // SAFETY: setrlimit reads one rlimit; failure leaves the limit as it was.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+}
+
+struct Sample {
+    rss: u64,
+    fds: u64,
+    tcp: u64,
+}
+
+fn sample(pids: &[u32]) -> Sample {
+    Sample {
+        rss: pids.iter().map(|&p| rss(p)).sum(),
+        fds: pids.iter().map(|&p| fds(p)).sum(),
+        tcp: tcp_mem(),
+    }
+}
+
+/// Accepts up to `n` connections within `wait`.
+fn accept_all(l: std::net::TcpListener, n: usize, wait: Duration) -> Vec<TcpStream> {
+    let _ = l.set_nonblocking(true);
+    let t0 = Instant::now();
+    let mut v = Vec::with_capacity(n);
+    while v.len() < n && t0.elapsed() < wait {
+        match l.accept() {
+            Ok((s, _)) => v.push(s),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    v
+}
+
+/// Round-robin over non-blocking sockets until each has done its part or `wait` passes:
+/// `step` returns Ok(true) when a socket is done. Returns how many finished without error.
+fn round_robin(
+    socks: &mut [TcpStream],
+    wait: Duration,
+    mut step: impl FnMut(usize, &mut TcpStream) -> std::io::Result<bool>,
+) -> usize {
+    for s in socks.iter() {
+        let _ = s.set_nonblocking(true);
+    }
+    let mut done = vec![false; socks.len()];
+    let mut left = socks.len();
+    let mut ok = 0;
+    let t0 = Instant::now();
+    while left > 0 && t0.elapsed() < wait {
+        let mut progress = false;
+        for (i, s) in socks.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            match step(i, s) {
+                Ok(true) => {
+                    done[i] = true;
+                    left -= 1;
+                    ok += 1;
+                    progress = true;
+                }
+                Ok(false) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    // Failed for good: counted as not finished.
+                    done[i] = true;
+                    left -= 1;
+                }
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    ok
+}
+
+/// The server half, in its own process (each end of 10 000 connections needs its own
+/// descriptor table under a 20 000 limit), driven one command per line on its stdin; it
+/// answers each with a count.
+struct LoadServer {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl LoadServer {
+    fn start(lab: &Lab, n: usize) -> Result<LoadServer, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut child = std::process::Command::new("ip")
+            .args(["netns", "exec", &lab.ns(Host::Server)])
+            .arg(exe)
+            .args(["lab", "load-server", "--port", &PORT.to_string()])
+            .args(["--count", &n.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start the load server: {e}"))?;
+        let out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let mut s = LoadServer { child, out };
+        s.answer()?;
+        Ok(s)
+    }
+
+    fn send(&mut self, cmd: &str) -> Result<(), String> {
+        let stdin = self.child.stdin.as_mut().expect("piped");
+        writeln!(stdin, "{cmd}")
+            .and_then(|_| stdin.flush())
+            .map_err(|e| format!("the load server is gone: {e}"))
+    }
+
+    fn answer(&mut self) -> Result<u64, String> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.out
+            .read_line(&mut line)
+            .map_err(|e| format!("the load server is gone: {e}"))?;
+        line.trim()
+            .rsplit(' ')
+            .next()
+            .and_then(|w| w.parse().ok())
+            .ok_or_else(|| format!("the load server said {line:?}"))
+    }
+
+    /// Sends `cmd` (unless it was sent already) and waits for its answer.
+    fn ask(&mut self, cmd: &str) -> Result<u64, String> {
+        if cmd != "busy" {
+            self.send(cmd)?;
+        }
+        self.answer()
+    }
+}
+
+impl Drop for LoadServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The hidden `satpep lab load-server`: listens on `port` and answers commands on stdin:
+/// `accepted` (accept until `count` or 120 s, print the number), `echo` (read one byte on
+/// each connection and send it back), `busy` (send 32 KB of pattern 3 down each), `close`.
+pub fn load_server(port: u16, count: usize) -> Result<(), String> {
+    raise_own_fd_limit(count);
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .map_err(|e| e.to_string())?;
+    let _ = s.set_reuse_address(true);
+    s.bind(&SocketAddr::from(([0, 0, 0, 0], port)).into())
+        .and_then(|_| s.listen(65535))
+        .map_err(|e| format!("cannot listen on port {port}: {e}"))?;
+    let listener = std::net::TcpListener::from(s);
+    let acceptor =
+        std::thread::spawn(move || accept_all(listener, count, Duration::from_secs(120)));
+    let mut acceptor = Some(acceptor);
+    let mut socks: Vec<TcpStream> = Vec::new();
+    println!("ready 0");
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if std::io::BufRead::read_line(&mut stdin.lock(), &mut line).unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        let n = match line.trim() {
+            "accepted" => {
+                if let Some(a) = acceptor.take() {
+                    socks = a.join().map_err(|_| "acceptor panicked".to_string())?;
+                }
+                socks.len()
+            }
+            "echo" => round_robin(&mut socks, Duration::from_secs(60), |_, s| {
+                let mut b = [0u8; 1];
+                match s.read(&mut b)? {
+                    1 => {
+                        s.write_all(&b)?;
+                        Ok(true)
+                    }
+                    _ => Err(ErrorKind::UnexpectedEof.into()),
+                }
+            }),
+            "busy" => {
+                let mut buf = vec![0u8; BUSY_BYTES];
+                fill(3, 0, &mut buf);
+                let mut at = vec![0usize; socks.len()];
+                round_robin(&mut socks, Duration::from_secs(120), |i, s| {
+                    let k = s.write(&buf[at[i]..])?;
+                    at[i] += k;
+                    Ok(at[i] == BUSY_BYTES)
+                })
+            }
+            "close" => {
+                let k = socks.len();
+                socks.clear();
+                println!("closed {k}");
+                return Ok(());
+            }
+            other => return Err(format!("load server: unknown command {other:?}")),
+        };
+        println!("{} {n}", line.trim());
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    }
+}
+
+fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<LoadRow, String> {
+    let base: LinkSpec = toml::from_str(LINK).map_err(|e| e.to_string())?;
+    let base = LinkSpec::layered(&[&base])?;
+    let limit = (n + 2000) as u32;
+    let pep = match mode {
+        "split" => Some(Pep {
+            max_connections: Some(limit),
+            ..Default::default()
+        }),
+        "tunnel" => Some(Pep {
+            tunnel: Some("satellite".into()),
+            max_connections: Some(limit),
+            ..Default::default()
+        }),
+        _ => None,
+    };
+    let name = format!("load-{}", std::process::id());
+    let lab = Lab::up(
+        &name,
+        &base,
+        &UpOptions {
+            pep,
+            ..UpOptions::default()
+        },
+    )?;
+    // The server host may see a burst of n SYNs.
+    for host in [Host::Server, Host::Client, Host::Terminal, Host::Gateway] {
+        let _ = lab
+            .command(host, "sysctl")
+            .args([
+                "-qw",
+                "net.core.somaxconn=65535",
+                "net.ipv4.tcp_max_syn_backlog=65535",
+            ])
+            .status();
+    }
+    let pids = lab.state().proxy_pids.clone();
+    std::thread::sleep(Duration::from_millis(500));
+    let s0 = sample(&pids);
+    let what = format!("{mode:<10} {n} connections");
+    progress.tick(step, &format!("{what}: connecting"), 0.0);
+
+    let mut server = LoadServer::start(&lab, n)?;
+    // 1. Connect.
+    let addr: SocketAddr = format!("{SERVER_V4}:{PORT}").parse().unwrap();
+    let failures = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let connectors: Vec<_> = (0..CONNECTORS)
+        .map(|k| {
+            let count = n / CONNECTORS + usize::from(k < n % CONNECTORS);
+            let failures = failures.clone();
+            in_netns(&lab.ns(Host::Client), move || {
+                let mut v = Vec::with_capacity(count);
+                for _ in 0..count {
+                    match TcpStream::connect_timeout(&addr, Duration::from_secs(20)) {
+                        Ok(s) => v.push(s),
+                        Err(_) => {
+                            failures.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+                v
+            })
+        })
+        .collect();
+    let mut clients: Vec<TcpStream> = Vec::with_capacity(n);
+    for c in connectors {
+        clients.extend(c.join().map_err(|_| "connector panicked".to_string())??);
+    }
+    let connect_s = t0.elapsed().as_secs_f64();
+    let accepted = server.ask("accepted")?;
+    progress.tick(step, &format!("{what}: echo"), 0.0);
+
+    // 2. Echo one byte on each.
+    let mut sent = vec![false; clients.len()];
+    round_robin(&mut clients, Duration::from_secs(60), |i, s| {
+        if !sent[i] {
+            s.write_all(&[0x5a])?;
+            sent[i] = true;
+        }
+        Ok(true)
+    });
+    server.ask("echo")?;
+    let mut echoed = 0usize;
+    round_robin(&mut clients, Duration::from_secs(60), |_, s| {
+        let mut b = [0u8; 1];
+        match s.read(&mut b)? {
+            1 if b[0] == 0x5a => {
+                echoed += 1;
+                Ok(true)
+            }
+            _ => Err(ErrorKind::InvalidData.into()),
+        }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let s1 = sample(&pids);
+    progress.tick(step, &format!("{what}: busy"), 0.0);
+
+    // 4. Busy: 32 KB down every connection at once, read and checked by the clients.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (stop, pids) = (stop.clone(), pids.clone());
+        std::thread::spawn(move || {
+            let mut peak = Sample {
+                rss: 0,
+                fds: 0,
+                tcp: 0,
+            };
+            while !stop.load(Relaxed) {
+                let s = sample(&pids);
+                peak.rss = peak.rss.max(s.rss);
+                peak.fds = peak.fds.max(s.fds);
+                peak.tcp = peak.tcp.max(s.tcp);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            peak
+        })
+    };
+    server.send("busy")?;
+    let mut got = vec![0usize; clients.len()];
+    let mut bad = vec![false; clients.len()];
+    let mut buf = vec![0u8; BUSY_BYTES];
+    round_robin(&mut clients, Duration::from_secs(120), |i, s| {
+        let k = s.read(&mut buf[..BUSY_BYTES - got[i]])?;
+        if k == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        if (0..k).any(|j| buf[j] != pattern_byte(3, (got[i] + j) as u64)) {
+            bad[i] = true;
+        }
+        got[i] += k;
+        Ok(got[i] == BUSY_BYTES)
+    });
+    let busy_intact = got
+        .iter()
+        .zip(&bad)
+        .filter(|(g, b)| **g == BUSY_BYTES && !**b)
+        .count();
+    server.ask("busy")?;
+    stop.store(true, Relaxed);
+    let peak = sampler.join().map_err(|_| "sampler panicked".to_string())?;
+    progress.tick(step, &format!("{what}: closing"), 0.0);
+
+    // 5. Close everything and wait for the proxies to let go.
+    let connected = clients.len();
+    drop(clients);
+    server.ask("close")?;
+    let t_close = Instant::now();
+    let mut drain_s = None;
+    while t_close.elapsed() < Duration::from_secs(60) {
+        if sample(&pids).fds <= s0.fds {
+            drain_s = Some(t_close.elapsed().as_secs_f64());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let s3 = sample(&pids);
+    let per = |a: u64, b: u64, k: usize| (a as f64 - b as f64) / k.max(1) as f64;
+    let row = LoadRow {
+        mode: mode.into(),
+        connections: n,
+        connected,
+        failed_connects: failures.load(Relaxed),
+        accepted: accepted as usize,
+        echoed,
+        busy_intact,
+        connects_per_s: connected as f64 / connect_s,
+        rss: [s0.rss, s1.rss, peak.rss, s3.rss],
+        fds: [s0.fds, s1.fds, peak.fds, s3.fds],
+        tcp_mem: [s0.tcp, s1.tcp, peak.tcp, s3.tcp],
+        rss_per_idle: per(s1.rss, s0.rss, connected),
+        rss_per_busy: per(peak.rss, s0.rss, connected),
+        tcp_mem_per_busy: per(peak.tcp, s0.tcp, connected),
+        drain_s,
+    };
+    drop(lab);
+    Ok(row)
+}
+
+/// Runs the load benchmark and prints its table (or JSON). Fails if a connection was lost.
+pub fn run(args: &RunArgs) -> Result<(), String> {
+    let n = if args.quick { 1000 } else { 10_000 };
+    raise_own_fd_limit(n);
+    let modes: Vec<&str> = ["end-to-end", "split", "tunnel"]
+        .into_iter()
+        .filter(|m| args.only.as_deref().is_none_or(|o| o == *m))
+        .collect();
+    if modes.is_empty() {
+        return Err("--only: the load benchmark's parts are end-to-end, split and tunnel".into());
+    }
+    let progress = Progress::new(modes.len(), 60.0, false);
+    let mut rows = Vec::new();
+    for (i, mode) in modes.iter().enumerate() {
+        if crate::interrupted() {
+            return Err("interrupted".into());
+        }
+        let r = one_mode(mode, n, &progress, i)?;
+        progress.done(
+            i,
+            &format!("{mode:<10} {n} connections"),
+            &format!(
+                "{} connected at {:.0}/s, {} accepted, {} echoed, {} intact",
+                r.connected, r.connects_per_s, r.accepted, r.echoed, r.busy_intact
+            ),
+        );
+        rows.push(r);
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!("{}", table(&rows));
+    }
+    let short: Vec<String> = rows
+        .iter()
+        .filter(|r| r.echoed < n || r.busy_intact < n || r.drain_s.is_none())
+        .map(|r| r.mode.clone())
+        .collect();
+    if !short.is_empty() {
+        return Err(format!(
+            "connections lost or not released in: {}",
+            short.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1}", b as f64 / (1 << 20) as f64)
+}
+
+/// The figures as a Markdown table.
+pub fn table(rows: &[LoadRow]) -> String {
+    let mut s = String::from(
+        "| mode | connections | opened/s | echoed | 32 KB intact | proxy RSS MiB: start / idle / busy peak / after | per idle conn | per busy conn | proxy fds: start / idle / after | kernel TCP MiB: idle / busy peak / after | back to start in |\n|---|---:|---:|---:|---:|---|---:|---:|---|---|---:|\n",
+    );
+    for r in rows {
+        let proxy = r.mode != "end-to-end";
+        s.push_str(&format!(
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} |\n",
+            r.mode,
+            r.connected,
+            r.connects_per_s,
+            r.echoed,
+            r.busy_intact,
+            if proxy {
+                format!(
+                    "{} / {} / {} / {}",
+                    mib(r.rss[0]),
+                    mib(r.rss[1]),
+                    mib(r.rss[2]),
+                    mib(r.rss[3])
+                )
+            } else {
+                "(no proxy)".into()
+            },
+            if proxy {
+                format!("{:.1} KB", r.rss_per_idle / 1024.0)
+            } else {
+                "".into()
+            },
+            if proxy {
+                format!("{:.1} KB", r.rss_per_busy / 1024.0)
+            } else {
+                "".into()
+            },
+            if proxy {
+                format!("{} / {} / {}", r.fds[0], r.fds[1], r.fds[3])
+            } else {
+                "".into()
+            },
+            mib(r.tcp_mem[1]),
+            mib(r.tcp_mem[2]),
+            mib(r.tcp_mem[3]),
+            r.drain_s
+                .map_or("not within 60 s".into(), |d| format!("{d:.1} s")),
+        ));
+    }
+    s
+}
