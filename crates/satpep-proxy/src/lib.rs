@@ -6,6 +6,7 @@ pub mod config;
 pub mod control;
 pub mod hold;
 pub mod netfilter;
+pub mod privileges;
 pub mod registry;
 pub mod relay;
 pub mod routes;

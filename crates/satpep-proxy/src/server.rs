@@ -116,7 +116,7 @@ pub async fn run(
             "the descriptor limit fits {} connections, not proxy.max_connections = {}: past them new connections bypass; raise the hard limit (LimitNOFILE) to {} for all",
             budget.connections,
             cfg.max_connections,
-            u64::from(cfg.max_connections) * 6 + 256
+            u64::from(cfg.max_connections) * 6 + 1280
         );
     } else {
         tracing::debug!(
@@ -171,6 +171,13 @@ pub async fn run(
         table = cfg.table,
         "intercepting"
     );
+    if let Err(e) = drop_privileges() {
+        if let Some(h) = &holder {
+            h.stop();
+        }
+        netfilter::cleanup(cfg.mark, cfg.table);
+        return Err(e);
+    }
     let admission = Arc::new(Admission {
         max: budget.connections,
         max_memory: cfg.max_memory,
@@ -182,14 +189,18 @@ pub async fn run(
         let (adm, reg) = (admission.clone(), registry.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(MEMORY_SAMPLE);
+            let mut trim = Trim::default();
             loop {
                 tick.tick().await;
                 let (adm, reg) = (adm.clone(), reg.clone());
-                let _ = tokio::task::spawn_blocking(move || {
+                trim = tokio::task::spawn_blocking(move || {
                     adm.memory.store(buffered_memory(), Relaxed);
                     adm.update(&reg.counters);
+                    trim.after(reg.counters.active.load(Relaxed));
+                    trim
                 })
-                .await;
+                .await
+                .unwrap_or_default();
             }
         })
     };
@@ -203,6 +214,9 @@ pub async fn run(
         .clone()
         .map(|a| tokio::spawn(crate::adaptive::run(a, registry.clone())));
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
+    // One descriptor held back for the moment the others run out (see the accept loop).
+    let mut spare = std::fs::File::open("/dev/null").ok();
+    let mut out_of_fds = std::time::Instant::now() - Duration::from_secs(2);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -225,6 +239,21 @@ pub async fn run(
                         tokio::task::spawn_blocking(move || adm.update(&reg.counters));
                     });
                 }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // Out of descriptors (a burst outran the bypass): a client left in the
+                    // accept queue would hang, so give up the spare descriptor, take the
+                    // client and reset it, then take the spare back.
+                    drop(spare.take());
+                    if let Ok((c, _)) = listener.accept().await {
+                        reset_on_close(SockRef::from(&c));
+                        registry.counters.failed.fetch_add(1, Relaxed);
+                    }
+                    spare = std::fs::File::open("/dev/null").ok();
+                    if out_of_fds.elapsed() > Duration::from_secs(1) {
+                        warn!(error = %e, "out of descriptors: resetting new clients");
+                        out_of_fds = std::time::Instant::now();
+                    }
+                }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -240,6 +269,7 @@ pub async fn run(
         warn!(live, "stopping: resetting live connections");
     }
     sampler.abort();
+    drop(spare);
     if let Some(a) = adaptive {
         a.abort();
     }
@@ -259,6 +289,13 @@ pub async fn run(
     Ok(registry)
 }
 
+/// Setup is done: from here on every thread keeps only what running needs.
+fn drop_privileges() -> Result<(), String> {
+    crate::privileges::drop_all()?;
+    info!(kept = crate::privileges::KEPT_NAMES, "privileges dropped");
+    Ok(())
+}
+
 /// Serves `/metrics` and `/connections` on `proxy.metrics`, if set.
 async fn start_control(
     cfg: &ProxyConfig,
@@ -274,6 +311,28 @@ async fn start_control(
         l,
         registry.clone(),
     ))))
+}
+
+/// Gives freed heap back to the system after many connections have closed: the allocator
+/// keeps it otherwise, and a proxy that once held 10 000 connections would stay that large.
+#[derive(Default, Clone, Copy)]
+struct Trim {
+    /// Most connections live since the last trim.
+    peak: u64,
+}
+
+impl Trim {
+    fn after(&mut self, active: u64) {
+        self.peak = self.peak.max(active);
+        if self.peak >= active + 1000 || (active == 0 && self.peak > 0) {
+            // SAFETY: malloc_trim has no preconditions.
+            #[cfg(target_env = "gnu")]
+            unsafe {
+                libc::malloc_trim(0);
+            }
+            self.peak = active;
+        }
+    }
 }
 
 /// How often the memory in use is sampled.
@@ -489,6 +548,10 @@ async fn gateway(
     // Flows are held at the terminal; the gateway intercepts nothing to hold.
     cfg.strict = false;
     netfilter::install(&cfg)?;
+    if let Err(e) = drop_privileges() {
+        netfilter::cleanup(cfg.mark, cfg.table);
+        return Err(e);
+    }
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let r = crate::tunnel::run_gateway(
         ep,

@@ -201,6 +201,9 @@ pub fn close_cleanly(s: SockRef<'_>) {
 /// Descriptors kept free for everything but connections: listeners, the runtime, logs.
 const RESERVE_FDS: u64 = 256;
 
+/// Descriptors kept for the connections a burst brings in while the bypass is switched on.
+const BURST_FDS: u64 = 1024;
+
 /// How many connections fit this process's descriptors, and how many relay pipes besides.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FdBudget {
@@ -219,7 +222,7 @@ pub struct FdBudget {
 /// connections, and pipes only in what is left.
 pub fn fd_budget(max_connections: u32, sockets: u64) -> FdBudget {
     let n = u64::from(max_connections);
-    let want = n * (sockets + 4) + RESERVE_FDS;
+    let want = n * (sockets + 4) + RESERVE_FDS + BURST_FDS;
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -251,7 +254,8 @@ pub fn fd_budget(max_connections: u32, sockets: u64) -> FdBudget {
     }
     let limit = r.rlim_cur;
     let usable = limit.saturating_sub(RESERVE_FDS);
-    let connections = n.min(usable / sockets.max(1));
+    // Connections accepted while the bypass is being switched on still need descriptors.
+    let connections = n.min(usable.saturating_sub(BURST_FDS) / sockets.max(1));
     let pipes = (usable - connections * sockets) / 2;
     FdBudget {
         limit,

@@ -53,7 +53,7 @@ pub enum HeaderError {
     Family(u8),
     /// Unknown flag bits or a non-zero reserved byte.
     Reserved,
-    /// Client and server of different families, or a port 0.
+    /// A port 0, or two IPv4 addresses sent in IPv4-mapped IPv6 form.
     Addresses,
 }
 
@@ -71,7 +71,10 @@ impl fmt::Display for HeaderError {
             }
             HeaderError::Family(x) => write!(f, "flow header address family {x} is not 4 or 6"),
             HeaderError::Reserved => write!(f, "flow header has unknown flags set"),
-            HeaderError::Addresses => write!(f, "flow header has a zero port"),
+            HeaderError::Addresses => write!(
+                f,
+                "flow header has a zero port or IPv4 addresses in IPv6 form"
+            ),
         }
     }
 }
@@ -162,10 +165,16 @@ impl FlowHeader {
                 IpAddr::V6(Ipv6Addr::from(a))
             }
         };
+        let (client, server) = (ip(&b[8..8 + alen]), ip(&b[8 + alen..need]));
+        // Two IPv4 addresses travel as family 4; the same flow in IPv4-mapped form is a second
+        // encoding no satpep sends, refused so that each flow has one (found by fuzzing).
+        if client.to_canonical().is_ipv4() && server.to_canonical().is_ipv4() && alen == 16 {
+            return Err(HeaderError::Addresses);
+        }
         Ok((
             FlowHeader {
-                client: SocketAddr::new(ip(&b[8..8 + alen]), cport),
-                server: SocketAddr::new(ip(&b[8 + alen..need]), sport),
+                client: SocketAddr::new(client, cport),
+                server: SocketAddr::new(server, sport),
                 strict: b[2] & FLAG_STRICT != 0,
             },
             need,
@@ -273,6 +282,19 @@ mod tests {
         let (y, n) = FlowHeader::decode(&x.encode()).unwrap();
         assert_eq!(n, 16);
         assert_eq!(y.client, "198.18.0.2:5".parse().unwrap());
+    }
+
+    #[test]
+    fn two_ipv4_addresses_in_ipv6_form_are_refused() {
+        // The fuzzer's find: family 6 carrying two IPv4-mapped addresses decoded, and
+        // re-encoded as family 4: two encodings of one flow.
+        let mut b = vec![1, 6, 0, 0, 0, 5, 0, 80];
+        b.extend_from_slice(&"::ffff:198.18.0.2".parse::<Ipv6Addr>().unwrap().octets());
+        b.extend_from_slice(&"::ffff:198.19.0.2".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(FlowHeader::decode(&b), Err(HeaderError::Addresses));
+        // One mapped and one real IPv6 address is how a mix of families travels.
+        let x = h("[::ffff:198.18.0.2]:5", "[2001:2::3]:80", false);
+        assert_eq!(FlowHeader::decode(&x.encode()).unwrap().1, 40);
     }
 
     #[test]

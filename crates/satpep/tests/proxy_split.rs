@@ -768,3 +768,48 @@ fn adaptive_picks_hybla_on_a_clean_long_path_and_tarang_on_a_lossy_one() {
         "{log}"
     );
 }
+
+#[test]
+fn after_setup_every_proxy_thread_keeps_only_the_capabilities_it_needs() {
+    let lab = split_lab("pcap", "[both]\nrate='20Mbit'\ndelay='10ms'\n");
+    echo_server(&lab, 9006);
+    // It still splits, and relays, with what it kept.
+    let mut c = in_netns(&lab.ns(Host::Client), || {
+        let mut c = TcpStream::connect("198.18.3.2:9006").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        echo(&mut c, 9);
+        c
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        satpep_proxy::privileges::kept_bits(),
+        (1 << 12) | (1 << 13) | (1 << 24)
+    );
+    // Less what this machine withholds from root to begin with (a container may).
+    let own = satpep_proxy::privileges::thread_caps(std::process::id())[0];
+    let kept = satpep_proxy::privileges::kept_bits() & own.1;
+    let pids = lab.state().proxy_pids.clone();
+    assert_eq!(pids.len(), 2);
+    for pid in pids {
+        let threads = satpep_proxy::privileges::thread_caps(pid);
+        // The runtime's workers, the blocking pool, the main thread.
+        assert!(threads.len() >= 3, "{threads:?}");
+        for (eff, prm, bnd) in &threads {
+            assert_eq!(
+                (*eff, *prm, *bnd),
+                (kept, kept, kept),
+                "pid {pid}: {threads:x?}"
+            );
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    }
+    echo(&mut c, 10);
+    // The rules still go at exit: `nft` runs with the bounding set's CAP_NET_ADMIN.
+    let mut lab = lab;
+    lab.stop_proxies();
+    for host in [Host::Terminal, Host::Gateway] {
+        assert!(!has_table(&lab, host), "{host:?} kept its table");
+    }
+}
