@@ -203,6 +203,8 @@ pub struct Pep {
     pub max_memory: Option<String>,
     /// More `[satellite]` keys for both proxies, as TOML lines (e.g. "initcwnd = 40").
     pub satellite_toml: Option<String>,
+    /// More `[proxy]` keys for both proxies, as TOML lines (e.g. "idle_timeout = \"2s\"").
+    pub proxy_toml: Option<String>,
     /// Run a proxy only in the terminal host, not also in the gateway.
     pub terminal_only: bool,
     /// Distributed mode with this tunnel controller (satellite, hybla, cubic, bbr, newreno):
@@ -770,7 +772,8 @@ impl Lab {
                     .relay
                     .as_ref()
                     .map(|r| format!("relay = \"{r}\"\n"))
-                    .unwrap_or_default();
+                    .unwrap_or_default()
+                + pep.proxy_toml.as_deref().unwrap_or_default();
             let tunnel = match &pep.tunnel {
                 None => String::new(),
                 Some(t) => {

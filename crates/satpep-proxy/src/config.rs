@@ -358,6 +358,13 @@ pub struct ProxySection {
     pub max_memory: String,
     /// Address of the `/metrics` and `/connections` endpoint ("" to disable).
     pub metrics: String,
+    /// TCP keepalive on both legs: after this long without traffic the kernel probes the
+    /// peer, and a peer that has vanished (a half-open connection) is found within about a
+    /// minute more and reset on the other leg. "0s" turns it off.
+    pub keepalive: String,
+    /// Connections with no byte either way for this long are reset on both legs. "0s"
+    /// (the default) never does.
+    pub idle_timeout: String,
 }
 
 impl Default for ProxySection {
@@ -374,6 +381,8 @@ impl Default for ProxySection {
             max_connections: 10_000,
             max_memory: "25%".into(),
             metrics: "127.0.0.1:9917".into(),
+            keepalive: "2min".into(),
+            idle_timeout: "0s".into(),
         }
     }
 }
@@ -470,6 +479,10 @@ pub struct ProxyConfig {
     pub max_memory: u64,
     /// Metrics and status endpoint.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Keepalive idle time on both legs.
+    pub keepalive: Option<std::time::Duration>,
+    /// Idle connections are reset after this long.
+    pub idle_timeout: Option<std::time::Duration>,
     /// Satellite leg.
     pub satellite: Leg,
     /// Terrestrial leg.
@@ -651,6 +664,20 @@ impl ProxyFile {
         }
         let max_memory = parse_memory(&p.max_memory, physical_memory())
             .map_err(|e| format!("proxy.max_memory: {e}"))?;
+        let timeout = |key: &str, v: &str, min_s: u64| -> Result<_, String> {
+            let ns = parse_duration_ns(v).map_err(|e| format!("proxy.{key}: {e}"))?;
+            if ns == 0 {
+                return Ok(None);
+            }
+            if ns < min_s * 1_000_000_000 || ns > 7 * 86_400 * 1_000_000_000 {
+                return Err(format!(
+                    "proxy.{key}: must be \"0s\" (off) or between {min_s} s and 7 days"
+                ));
+            }
+            Ok(Some(std::time::Duration::from_nanos(ns)))
+        };
+        let keepalive = timeout("keepalive", &p.keepalive, 1)?;
+        let idle_timeout = timeout("idle_timeout", &p.idle_timeout, 1)?;
         Ok(ProxyConfig {
             interfaces: i.interfaces.clone(),
             sources: nets("intercept.sources", &i.sources)?,
@@ -669,6 +696,8 @@ impl ProxyFile {
             splice,
             max_connections: p.max_connections,
             max_memory,
+            keepalive,
+            idle_timeout,
             metrics: if p.metrics.is_empty() {
                 None
             } else {
@@ -825,6 +854,10 @@ mod tests {
             ("[proxy]\nport='x'", "port"),
             ("[proxy]\nprot=1", "prot"),
             ("[proxy]\nmetrics='localhost'", "proxy.metrics"),
+            ("[proxy]\nkeepalive='1ms'", "proxy.keepalive"),
+            ("[proxy]\nkeepalive=5", "keepalive"),
+            ("[proxy]\nidle_timeout='30d'", "proxy.idle_timeout"),
+            ("[proxy]\nidle_timeout='soon'", "proxy.idle_timeout"),
             ("[tunnel]\npeer='1.2.3.4:5'", "tunnel.role"),
             ("[tunnel]\nrole='middle'", "tunnel.role"),
             ("[tunnel]\nrole='terminal'", "tunnel.peer"),
@@ -892,7 +925,8 @@ mod tests {
         for doc in &docs {
             // The whole block parses (congestion controls are not resolved here: the kernel's
             // set is the host's business).
-            ProxyFile::parse(doc).unwrap_or_else(|e| panic!("documented config refused: {e}\n{doc}"));
+            ProxyFile::parse(doc)
+                .unwrap_or_else(|e| panic!("documented config refused: {e}\n{doc}"));
             let lines: Vec<&str> = doc.lines().collect();
             for (n, line) in lines.iter().enumerate() {
                 let code = line.split('#').next().unwrap().trim();
@@ -907,7 +941,10 @@ mod tests {
                     Err(e) => e,
                     Ok(_) => panic!("{key} = {} was accepted", wrong_type(value.trim())),
                 };
-                assert!(e.contains(key.trim()), "{replaced}: the message does not name it: {e}");
+                assert!(
+                    e.contains(key.trim()),
+                    "{replaced}: the message does not name it: {e}"
+                );
                 checked += 1;
             }
         }

@@ -57,6 +57,10 @@ pub struct Conn {
     fds: Mutex<Option<(Option<RawFd>, RawFd)>>,
     /// Adaptive congestion control state of the satellite leg.
     pub adaptive: Mutex<Option<Adaptive>>,
+    /// Woken to reset the connection (idle timeout).
+    pub abort: tokio::sync::Notify,
+    /// Bytes relayed either way when last looked at, and since when that has not changed.
+    activity: Mutex<(u64, Instant)>,
 }
 
 /// What the adaptive selection knows and did for one connection.
@@ -91,6 +95,16 @@ impl Conn {
     /// Time since the split.
     pub fn age(&self) -> std::time::Duration {
         self.started.elapsed()
+    }
+
+    /// How long no byte has moved either way (as of this call).
+    pub fn idle(&self) -> std::time::Duration {
+        let total = self.up.load(Relaxed) + self.down.load(Relaxed);
+        let mut a = self.activity.lock().unwrap();
+        if a.0 != total {
+            *a = (total, Instant::now());
+        }
+        a.1.elapsed()
     }
 
     /// Runs `f` on the satellite leg's socket (for TCP_INFO and TCP_CONGESTION) while the
@@ -160,6 +174,8 @@ impl Registry {
             down: AtomicU64::new(0),
             fds: Mutex::new(Some((satellite, terrestrial))),
             adaptive: Mutex::new(None),
+            abort: tokio::sync::Notify::new(),
+            activity: Mutex::new((0, Instant::now())),
         });
         self.conns.lock().unwrap().insert(id, c.clone());
         c
@@ -181,6 +197,19 @@ impl Registry {
         }
         // From here the owner may close the sockets.
         *c.fds.lock().unwrap() = None;
+    }
+
+    /// Resets every connection idle for `limit` or more; returns how many.
+    pub fn reset_idle(&self, limit: std::time::Duration) -> usize {
+        let conns = self.conns.lock().unwrap();
+        let mut n = 0;
+        for c in conns.values() {
+            if c.idle() >= limit {
+                c.abort.notify_one();
+                n += 1;
+            }
+        }
+        n
     }
 
     /// The live connections.

@@ -87,7 +87,7 @@ where
 /// reset, in which case the other is reset too.
 /// `up` and `down` count the bytes relayed each way as they go.
 /// With `zero_copy` the bytes move through kernel pipes; if the kernel gives none, or without
-/// it, they are copied (see [`Relayed::copied`]).
+/// it, they are copied (see [`Relayed::copied`]). `abort` resets both legs at once.
 pub async fn relay(
     client: &mut TcpStream,
     server: &mut TcpStream,
@@ -95,13 +95,17 @@ pub async fn relay(
     zero_copy: bool,
     up: &AtomicU64,
     down: &AtomicU64,
+    abort: &tokio::sync::Notify,
 ) -> Relayed {
     let copied = std::sync::atomic::AtomicBool::new(false);
-    let (up_end, down_end) = both_ways(
-        one_way(client, server, buf_len, zero_copy, up, &copied),
-        one_way(server, client, buf_len, zero_copy, down, &copied),
-    )
-    .await;
+    let (up_end, down_end) = tokio::select! {
+        r = both_ways(
+            one_way(client, server, buf_len, zero_copy, up, &copied),
+            one_way(server, client, buf_len, zero_copy, down, &copied),
+        ) => r,
+        // Reset both legs (the idle timeout).
+        _ = abort.notified() => (Some((End::ResetIn, up.load(Relaxed))), None),
+    };
     let copied = copied.load(Relaxed);
     if is_reset(&up_end) || is_reset(&down_end) {
         reset_on_close(SockRef::from(&*client));

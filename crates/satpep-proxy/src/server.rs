@@ -213,6 +213,7 @@ pub async fn run(
         .adaptive
         .clone()
         .map(|a| tokio::spawn(crate::adaptive::run(a, registry.clone())));
+    let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
     // One descriptor held back for the moment the others run out (see the accept loop).
     let mut spare = std::fs::File::open("/dev/null").ok();
@@ -232,7 +233,7 @@ pub async fn run(
                     adm.update(&reg.counters);
                     tokio::spawn(async move {
                         match term {
-                            Some(t) => handle_tunnel(client, peer, reg.clone(), dl, t, held).await,
+                            Some(t) => handle_tunnel(client, peer, reg.clone(), dl, t, held, cfg.keepalive).await,
                             None => handle(client, peer, cfg, reg.clone(), dl, ul, held).await,
                         }
                         reg.counters.active.fetch_sub(1, Relaxed);
@@ -269,6 +270,9 @@ pub async fn run(
         warn!(live, "stopping: resetting live connections");
     }
     sampler.abort();
+    if let Some(i) = idle {
+        i.abort();
+    }
     drop(spare);
     if let Some(a) = adaptive {
         a.abort();
@@ -287,6 +291,21 @@ pub async fn run(
     // Sockets still using them keep them registered until they close.
     drop(bundled);
     Ok(registry)
+}
+
+/// Resets connections idle for `limit`, checking a few times per `limit`.
+fn sweep_idle(reg: Arc<Registry>, limit: Option<Duration>) -> Option<tokio::task::JoinHandle<()>> {
+    let limit = limit?;
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval((limit / 4).max(Duration::from_millis(250)));
+        loop {
+            tick.tick().await;
+            let n = reg.reset_idle(limit);
+            if n > 0 {
+                info!(connections = n, idle = ?limit, "resetting idle connections");
+            }
+        }
+    }))
 }
 
 /// Setup is done: from here on every thread keeps only what running needs.
@@ -424,6 +443,7 @@ fn accept_client(
     reg: &Registry,
     down_leg: &crate::config::Leg,
     holder: Option<Arc<crate::hold::Holder>>,
+    keepalive: Option<Duration>,
 ) -> Option<(
     std::net::SocketAddr,
     std::net::SocketAddr,
@@ -432,6 +452,7 @@ fn accept_client(
     reg.counters.total.fetch_add(1, Relaxed);
     // From here until a clean end, a close of the client's socket (a crash's too) is a reset.
     crate::sockets::arm(SockRef::from(client));
+    crate::sockets::keepalive(SockRef::from(client), keepalive);
     let src = canonical(peer);
     let dst = canonical(client.local_addr().ok()?);
     if let Err(e) = tune(SockRef::from(client), down_leg) {
@@ -451,7 +472,9 @@ async fn handle(
     holder: Option<Arc<crate::hold::Holder>>,
 ) {
     let c = &reg.counters;
-    let Some((src, dst, held)) = accept_client(&client, peer, &reg, &down_leg, holder) else {
+    let keepalive = cfg.keepalive;
+    let Some((src, dst, held)) = accept_client(&client, peer, &reg, &down_leg, holder, keepalive)
+    else {
         return;
     };
     let ready = match held {
@@ -515,6 +538,7 @@ async fn handle(
     let conn = reg.add(src, dst, Some(sat.as_raw_fd()), ter.as_raw_fd());
     conn.up.fetch_add(first.len() as u64, Relaxed);
     let (mut client, mut server) = (client, server);
+    crate::sockets::keepalive(SockRef::from(&server), cfg.keepalive);
     let r = relay(
         &mut client,
         &mut server,
@@ -522,6 +546,7 @@ async fn handle(
         cfg.splice,
         &conn.up,
         &conn.down,
+        &conn.abort,
     )
     .await;
     if r.copied {
@@ -553,15 +578,20 @@ async fn gateway(
         return Err(e);
     }
     let mark = netfilter::Marks::new(cfg.mark).upstream;
+    let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
     let r = crate::tunnel::run_gateway(
         ep,
         &t,
         Arc::new(server_leg),
         mark,
+        cfg.keepalive,
         registry.clone(),
         shutdown,
     )
     .await;
+    if let Some(i) = idle {
+        i.abort();
+    }
     let live = registry.live().len();
     if live > 0 {
         warn!(live, "stopping: resetting live connections");
@@ -582,9 +612,11 @@ async fn handle_tunnel(
     down_leg: Arc<crate::config::Leg>,
     term: Arc<Terminal>,
     holder: Option<Arc<crate::hold::Holder>>,
+    keepalive: Option<Duration>,
 ) {
     let c = &reg.counters;
-    let Some((src, dst, held)) = accept_client(&client, peer, &reg, &down_leg, holder) else {
+    let Some((src, dst, held)) = accept_client(&client, peer, &reg, &down_leg, holder, keepalive)
+    else {
         return;
     };
     let ready = match held {

@@ -263,3 +263,22 @@ pub fn fd_budget(max_connections: u32, sockets: u64) -> FdBudget {
         pipes,
     }
 }
+
+/// Turns on TCP keepalive after `idle` without traffic: probes every `idle` / 4 (1 s … 15 s),
+/// four unanswered ones and the kernel resets the socket, which the relay carries to the
+/// other leg. So a peer that vanished without a FIN or RST (a half-open connection) does not
+/// hold the connection for ever.
+pub fn keepalive(s: SockRef<'_>, idle: Option<std::time::Duration>) {
+    let Some(idle) = idle else {
+        return;
+    };
+    let every = (idle / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(15),
+    );
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(every)
+        .with_retries(4);
+    let _ = s.set_tcp_keepalive(&ka);
+}

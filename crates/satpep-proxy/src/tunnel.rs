@@ -296,6 +296,7 @@ pub async fn relay_terminal(
         &conn.up,
         &conn.down,
         !answered,
+        &conn.abort,
     )
     .await;
     flow.finished = r.to_stream == End::Fin;
@@ -329,6 +330,7 @@ async fn relay(
     to_stream: &AtomicU64,
     to_tcp: &AtomicU64,
     await_answer: bool,
+    abort: &tokio::sync::Notify,
 ) -> FlowEnd {
     let (tr, mut tw) = tcp.split();
     // quinn's SendStream is an AsyncWrite whose shutdown is `finish`: split mode's copy
@@ -368,7 +370,11 @@ async fn relay(
             Err(_) => (End::ResetOut, n_total),
         }
     };
-    let (a, b) = crate::relay::both_ways(up, down).await;
+    let (a, b) = tokio::select! {
+        r = crate::relay::both_ways(up, down) => r,
+        // Reset both ways (the idle timeout).
+        _ = abort.notified() => (Some((End::ResetIn, to_stream.load(Relaxed))), None),
+    };
     let reset = |e: &Option<(End, u64)>| matches!(e, Some((End::ResetIn | End::ResetOut, _)));
     if reset(&a) || reset(&b) {
         reset_on_close(SockRef::from(&*tcp));
@@ -396,6 +402,7 @@ pub async fn run_gateway(
     t: &TunnelConfig,
     leg: Arc<Leg>,
     mark: u32,
+    keepalive: Option<std::time::Duration>,
     reg: Arc<Registry>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
@@ -423,7 +430,7 @@ pub async fn run_gateway(
                         match conn.accept_bi().await {
                             Ok((send, recv)) => {
                                 let (leg, reg) = (leg.clone(), reg.clone());
-                                tokio::spawn(gateway_flow(send, recv, leg, mark, reg, from, limit));
+                                tokio::spawn(gateway_flow(send, recv, leg, mark, keepalive, reg, from, limit));
                             }
                             Err(e) => {
                                 info!(%from, reason = %e, "tunnel peer gone");
@@ -505,11 +512,13 @@ async fn read_header(recv: &mut RecvStream, reader: &mut InOrder) -> Result<Flow
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn gateway_flow(
     send: SendStream,
     recv: RecvStream,
     leg: Arc<Leg>,
     mark: u32,
+    keepalive: Option<std::time::Duration>,
     reg: Arc<Registry>,
     peer: SocketAddr,
     reorder_limit: usize,
@@ -562,6 +571,7 @@ async fn gateway_flow(
         warn!(%src, %dst, error = %e, "tuning the server leg failed");
     }
     crate::sockets::arm(SockRef::from(&server));
+    crate::sockets::keepalive(SockRef::from(&server), keepalive);
     if f.send.write_all(&[Answer::Connected as u8]).await.is_err() {
         return;
     }
@@ -580,6 +590,7 @@ async fn gateway_flow(
         &conn.down,
         &conn.up,
         false,
+        &conn.abort,
     )
     .await;
     f.finished = r.to_stream == End::Fin;

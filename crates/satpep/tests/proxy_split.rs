@@ -813,3 +813,93 @@ fn after_setup_every_proxy_thread_keeps_only_the_capabilities_it_needs() {
         assert!(!has_table(&lab, host), "{host:?} kept its table");
     }
 }
+
+fn split_lab_proxy_keys(tag: &str, keys: &str) -> Lab {
+    lab_with(
+        tag,
+        "[both]\nrate='20Mbit'\ndelay='10ms'\n",
+        Some(Pep {
+            cc: Some("cubic".into()),
+            proxy_toml: Some(keys.into()),
+            ..Default::default()
+        }),
+    )
+}
+
+#[test]
+fn idle_connections_are_reset_after_the_idle_timeout_and_busy_ones_are_not() {
+    let lab = split_lab_proxy_keys("pidle", "idle_timeout = \"2s\"\n");
+    echo_server(&lab, 9007);
+    let (idle_end, busy_ok) = in_netns(&lab.ns(Host::Client), || {
+        let mut idle = TcpStream::connect("198.18.3.2:9007").unwrap();
+        let mut busy = TcpStream::connect("198.18.3.2:9007").unwrap();
+        for s in [&mut idle, &mut busy] {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        echo(&mut idle, 1);
+        // 4 s: the busy one echoes every 300 ms, the idle one says nothing.
+        for i in 0..13 {
+            echo(&mut busy, i);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let mut b = [0u8; 1];
+        let end = idle.read(&mut b).map_err(|e| e.kind());
+        echo(&mut busy, 99);
+        (end, true)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        idle_end,
+        Err(ErrorKind::ConnectionReset),
+        "an idle connection must be reset, not closed"
+    );
+    assert!(busy_ok);
+}
+
+#[test]
+fn a_client_that_vanishes_is_found_by_keepalive_and_the_server_reset() {
+    // A half-open connection: the client's host goes silent (no FIN, no RST). Without
+    // keepalive the server's side would be held for ever.
+    let lab = split_lab_proxy_keys("pka", "keepalive = \"2s\"\n");
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9008").unwrap()
+    })
+    .join()
+    .unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        let t = std::time::Instant::now();
+        let end = s.read(&mut b).map_err(|e| e.kind());
+        (end, t.elapsed())
+    });
+    let _client = in_netns(&lab.ns(Host::Client), || {
+        let mut c = TcpStream::connect("198.18.3.2:9008").unwrap();
+        c.write_all(&[1]).unwrap();
+        c
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The client host drops everything from now on.
+    let ns = lab.ns(Host::Client);
+    for cmd in [
+        "add table inet vanish",
+        "add chain inet vanish in { type filter hook input priority -300; policy drop; }",
+        "add chain inet vanish out { type filter hook output priority -300; policy drop; }",
+    ] {
+        let st = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "nft"])
+            .args(cmd.split(' '))
+            .status()
+            .unwrap();
+        assert!(st.success(), "{cmd}");
+    }
+    let (end, after) = server.join().unwrap();
+    assert_eq!(end, Err(ErrorKind::ConnectionReset), "after {after:?}");
+    // 2 s idle, then 4 probes 1 s apart.
+    assert!(after < Duration::from_secs(15), "{after:?}");
+}
