@@ -17,6 +17,7 @@ pub mod progress;
 pub mod relay_bench;
 pub mod scenario;
 pub mod sink;
+pub mod synflood;
 pub mod tunnel_bench;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -33,6 +33,12 @@ pub type Key = (SocketAddr, SocketAddr);
 /// How long a connected upstream socket waits for its client's accept before it is reset.
 const ACCEPT_WAIT: Duration = Duration::from_secs(10);
 
+/// Most SYNs held, plus upstream connections made for them and not yet taken, at once. Each
+/// costs a connection to the server, so without a cap a flood of spoofed SYNs would become as
+/// many connections to the servers (each kept for ACCEPT_WAIT); past it, SYNs go on unheld and
+/// meet the fast handshake (the kernel's SYN cookies).
+pub const MAX_HELD: usize = 1024;
+
 /// An upstream made for a held SYN.
 pub enum Ready {
     /// A connected TCP socket (split mode).
@@ -73,6 +79,11 @@ impl Holder {
     /// The connected upstream for `key`, if its SYN was held.
     pub fn take(&self, key: &Key) -> Option<Ready> {
         self.ready.lock().unwrap().remove(key)
+    }
+
+    /// Upstream connections made and not yet taken by their clients.
+    fn waiting(&self) -> usize {
+        self.ready.lock().unwrap().len()
     }
 
     /// Ends the queue thread; held SYNs are dropped (the clients retransmit them).
@@ -150,6 +161,7 @@ fn run(
 ) {
     let (tx, rx) = mpsc::channel::<Outcome>();
     let mut held: HashMap<Key, nfq::Message> = HashMap::new();
+    let (mut overflow, mut last_warn) = (0u64, std::time::Instant::now() - Duration::from_secs(10));
     while !holder.stop.load(Relaxed) {
         let mut busy = false;
         // Verdicts must go out on the socket the packets came from, so from this thread.
@@ -171,6 +183,19 @@ fn run(
                         // The client retransmitted a SYN we still hold.
                         m.set_verdict(nfq::Verdict::Drop);
                         let _ = q.verdict(m);
+                    }
+                    Some(_) if held.len() + holder.waiting() >= MAX_HELD => {
+                        m.set_verdict(nfq::Verdict::Accept);
+                        let _ = q.verdict(m);
+                        overflow += 1;
+                        if last_warn.elapsed() > Duration::from_secs(5) {
+                            warn!(
+                                held = held.len(),
+                                unheld = overflow,
+                                "too many SYNs held (a flood?): new ones take the fast handshake"
+                            );
+                            last_warn = std::time::Instant::now();
+                        }
                     }
                     Some(key) => {
                         held.insert(key, m);

@@ -192,9 +192,23 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
             "    {sel}meta l4proto @overload counter name bypassed return"
         ));
         r.push(format!(
-            "    {sel}tproxy {fam} to :{} meta mark set {mark} accept",
+            "    {sel}ct mark set {mark} tproxy {fam} to :{} meta mark set {mark} accept",
             cfg.port
         ));
+    }
+    r.push(
+        "    # Later packets of diverted connections that no socket holds go to the listener too:
+    # under a SYN flood the listener answers with SYN cookies and keeps no state, so the
+    # client's ACK finds no socket and must meet the listener to complete the handshake."
+            .into(),
+    );
+    for (nf, fam) in [("ipv4", "ip"), ("ipv6", "ip6")] {
+        if selectors.iter().any(|(f, _)| *f == fam) {
+            r.push(format!(
+                "    meta nfproto {nf} meta l4proto tcp ct mark {mark} tproxy {fam} to :{} meta mark set {mark} accept",
+                cfg.port
+            ));
+        }
     }
     r.push("  }".into());
     // Forwarded connections (bypassed, excluded, older) get the legs' MSS in their SYNs.
@@ -452,7 +466,13 @@ mod tests {
         for (nf, fam) in [("ipv4", "ip"), ("ipv6", "ip6")] {
             let sel = format!("meta nfproto {nf} meta l4proto tcp ct state new ");
             let bypass = format!("{sel}meta l4proto @overload counter name bypassed return");
-            let divert = format!("{sel}tproxy {fam} to :7700 meta mark set 0x5350 accept");
+            let divert = format!(
+                "{sel}ct mark set 0x5350 tproxy {fam} to :7700 meta mark set 0x5350 accept"
+            );
+            let cookie = format!(
+                "meta nfproto {nf} meta l4proto tcp ct mark 0x5350 tproxy {fam} to :7700 meta mark set 0x5350 accept"
+            );
+            assert!(r.find(&cookie) > r.find(&divert), "{r}");
             // The bypass check comes first.
             let (b, d) = (r.find(&bypass), r.find(&divert));
             assert!(b.is_some() && d.is_some() && b < d, "{r}");
@@ -468,7 +488,7 @@ mod tests {
         assert!(r.contains("tcp dport { 22 } return"), "{r}");
         assert!(r.contains("ip daddr { 198.18.3.9/32 } return"), "{r}");
         assert!(r.contains("ip6 daddr { 2001:2::/64 } return"), "{r}");
-        assert!(r.contains("iifname { \"to-client\" } meta nfproto ipv4 ip saddr { 198.18.1.0/24 } meta l4proto tcp tcp dport { 80, 443 } ct state new tproxy ip to :7700"), "{r}");
+        assert!(r.contains("iifname { \"to-client\" } meta nfproto ipv4 ip saddr { 198.18.1.0/24 } meta l4proto tcp tcp dport { 80, 443 } ct state new ct mark set 0x5350 tproxy ip to :7700"), "{r}");
         // Sources given for IPv4 only: IPv6 is not intercepted.
         assert!(!r.contains("tproxy ip6"), "{r}");
     }

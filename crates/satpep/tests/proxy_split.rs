@@ -903,3 +903,175 @@ fn a_client_that_vanishes_is_found_by_keepalive_and_the_server_reset() {
     // 2 s idle, then 4 probes 1 s apart.
     assert!(after < Duration::from_secs(15), "{after:?}");
 }
+
+#[test]
+fn a_client_that_never_reads_holds_a_bounded_amount_in_the_proxies() {
+    // The server writes as fast as it can to a client that never reads. Back-pressure must
+    // stop the server once the buffers on the path are full: the proxies read no further
+    // ahead than their socket buffers and one relay buffer per direction.
+    let lab = split_lab("pslow", "[both]\nrate='100Mbit'\ndelay='5ms'\n");
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9009").unwrap()
+    })
+    .join()
+    .unwrap();
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let w = written.clone();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let chunk = vec![5u8; 65536];
+        while s.write_all(&chunk).is_ok() {
+            w.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let _client = in_netns(&lab.ns(Host::Client), || {
+        TcpStream::connect("198.18.3.2:9009").unwrap()
+    })
+    .join()
+    .unwrap();
+    let read = || written.load(std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(4));
+    let at4 = read();
+    let rss4: u64 = lab.state().proxy_pids.iter().map(|p| rss_kib(*p)).sum();
+    std::thread::sleep(Duration::from_secs(4));
+    let (at8, rss8): (u64, u64) = (
+        read(),
+        lab.state().proxy_pids.iter().map(|p| rss_kib(*p)).sum(),
+    );
+    assert!(at4 > 1 << 20, "{at4} bytes: the transfer never started");
+    assert!(
+        at8 <= at4 + (1 << 20),
+        "the server could keep writing ({at4} then {at8} bytes): nothing holds it back"
+    );
+    // Socket buffers here are at most a few MB per socket, four sockets on the way.
+    assert!(at8 < 64 << 20, "{at8} bytes held on the path");
+    assert!(
+        rss8 < rss4 + 4096,
+        "proxy memory grew from {rss4} to {rss8} KiB"
+    );
+    eprintln!(
+        "held on the path: {:.1} MB; proxies' RSS {rss8} KiB",
+        at8 as f64 / 1e6
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Floods the intercepted port with spoofed SYNs for 6 s while real clients connect; returns
+/// (SYNs sent, real connections that worked, the slowest connect, proxy RSS growth KiB, the
+/// server's connections from spoofed addresses at the end of the flood).
+fn syn_flood(handshake: &str, tag: &str) -> (u64, usize, Duration, i64, usize) {
+    let lab = lab_with(
+        tag,
+        "[both]\nrate='20Mbit'\ndelay='10ms'\n",
+        Some(Pep {
+            cc: Some("cubic".into()),
+            handshake: Some(handshake.into()),
+            ..Default::default()
+        }),
+    );
+    echo_server(&lab, 9010);
+    let pids = lab.state().proxy_pids.clone();
+    let rss = || pids.iter().map(|p| rss_kib(*p)).sum::<u64>() as i64;
+    let rss0 = rss();
+    let flood = in_netns(&lab.ns(Host::Client), || {
+        satpep_lab::synflood::flood(
+            "198.18.1.100".parse().unwrap(),
+            100,
+            "198.18.3.2".parse().unwrap(),
+            9010,
+            6.0,
+            0,
+        )
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let real = in_netns(&lab.ns(Host::Client), || {
+        let mut worked = 0;
+        let mut slowest = Duration::ZERO;
+        for i in 0..10u8 {
+            let t = std::time::Instant::now();
+            match TcpStream::connect_timeout(
+                &"198.18.3.2:9010".parse().unwrap(),
+                Duration::from_secs(5),
+            ) {
+                Ok(mut c) => {
+                    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    let mut b = [0u8; 1];
+                    match c.write_all(&[i]).and_then(|_| c.read_exact(&mut b)) {
+                        Ok(()) if b[0] == i => worked += 1,
+                        r => eprintln!("connection {i}: {r:?}"),
+                    }
+                }
+                Err(e) => eprintln!("connection {i}: connect: {e}"),
+            }
+            slowest = slowest.max(t.elapsed());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        (worked, slowest)
+    })
+    .join()
+    .unwrap();
+    let spoofed = String::from_utf8_lossy(
+        &lab.command(Host::Server, "ss")
+            .args(["-tnH", "state", "all", "sport", "= :9010"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .lines()
+    .filter(|l| {
+        // Peers 198.18.1.101 … .200: the spoofed sources.
+        l.split_whitespace().nth(4).is_some_and(|peer| {
+            peer.strip_prefix("198.18.1.")
+                .and_then(|r| r.split(':').next()?.parse::<u8>().ok())
+                .is_some_and(|h| (101..=200).contains(&h))
+        })
+    })
+    .count();
+    let sent = flood.join().unwrap().unwrap();
+    let grew = rss() - rss0;
+    // After the flood, the proxy is as it was: a new connection works.
+    let after = in_netns(&lab.ns(Host::Client), || {
+        let mut c = TcpStream::connect("198.18.3.2:9010").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        echo(&mut c, 42);
+    })
+    .join();
+    assert!(after.is_ok(), "no new connection after the flood");
+    eprintln!(
+        "{handshake}: {sent} spoofed SYNs in 6 s; {}/10 real connections worked, slowest {:?}; proxies' RSS grew {grew} KiB; server saw {spoofed} connections from spoofed addresses",
+        real.0, real.1
+    );
+    (sent, real.0, real.1, grew, spoofed)
+}
+
+#[test]
+fn a_syn_flood_leaves_memory_bounded_and_real_clients_served() {
+    for (handshake, tag) in [("fast", "pflf"), ("strict", "pfls")] {
+        let (sent, worked, slowest, grew, spoofed) = syn_flood(handshake, tag);
+        assert!(sent > 50_000, "{handshake}: only {sent} SYNs sent");
+        assert_eq!(
+            worked, 10,
+            "{handshake}: real clients failed during the flood"
+        );
+        assert!(slowest < Duration::from_secs(4), "{handshake}: {slowest:?}");
+        assert!(grew < 64 * 1024, "{handshake}: proxies grew {grew} KiB");
+        // Fast: nothing reaches the server. Strict: at most the held SYNs' connections.
+        let cap = if handshake == "fast" {
+            0
+        } else {
+            satpep_proxy::hold::MAX_HELD
+        };
+        assert!(
+            spoofed <= cap,
+            "{handshake}: {spoofed} spoofed connections at the server"
+        );
+    }
+}
