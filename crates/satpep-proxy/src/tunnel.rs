@@ -322,6 +322,7 @@ struct FlowEnd {
 /// Relays between a TCP connection and a stream pair until both directions end or one is
 /// reset (then everything is reset). `to_stream` and `to_tcp` count bytes as they go. With
 /// `await_answer`, the stream's first byte is the gateway's answer and is not relayed.
+#[allow(clippy::too_many_arguments)]
 async fn relay(
     tcp: &mut TcpStream,
     send: &mut SendStream,
