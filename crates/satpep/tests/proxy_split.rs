@@ -899,6 +899,7 @@ fn a_client_that_vanishes_is_found_by_keepalive_and_the_server_reset() {
         assert!(st.success(), "{cmd}");
     }
     let (end, after) = server.join().unwrap();
+    eprintln!("the vanished client's server was reset after {after:?}");
     assert_eq!(end, Err(ErrorKind::ConnectionReset), "after {after:?}");
     // 2 s idle, then 4 probes 1 s apart.
     assert!(after < Duration::from_secs(15), "{after:?}");
