@@ -361,6 +361,31 @@ pub fn fault_server(port: u16, seed: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// What a new connection meets while the proxies are down: a listener waits in the server
+/// host, so "connects" means the path forwards end to end.
+fn while_down(lab: &Lab) -> String {
+    let Ok(l) = listen(lab, 9399) else {
+        return "not checked".into();
+    };
+    let addr: std::net::SocketAddr = format!("{SERVER_V4}:9399").parse().unwrap();
+    let r = in_netns(&lab.ns(Host::Client), move || {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)).map(|_| ())
+    })
+    .join();
+    drop(l);
+    match r {
+        Ok(Ok(Ok(()))) => "new connections go end to end".into(),
+        Ok(Ok(Err(e))) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "new connections refused".into()
+        }
+        Ok(Ok(Err(e))) if e.kind() == std::io::ErrorKind::TimedOut => {
+            "new connections time out".into()
+        }
+        Ok(Ok(Err(e))) => format!("new connections fail: {e}"),
+        _ => "not checked".into(),
+    }
+}
+
 /// A short exchange on a new connection: does the path carry new flows?
 fn new_flow_works(lab: &Lab, port: u16) -> Result<(), String> {
     let server = listen(lab, port)?;
@@ -460,6 +485,7 @@ fn strike(
             } else {
                 format!("rules left in {} until the next start", left.join(", "))
             };
+            let rules = format!("{rules}; while down: {}", while_down(lab));
             for &h in &hosts {
                 lab.restart_proxy(h)?;
             }
