@@ -15,7 +15,7 @@ pub struct RunArgs {
     /// emulator's accuracy and CPU, ~11 min), `relay-overhead` (split proxy against plain
     /// forwarding, ~2 min), `cc-sweep` (controllers over 100 Mbit/s, 600 ms, BER 0…1e-5;
     /// ~40 min, --quick ~9), `tunnel` (distributed mode against end-to-end and split;
-    /// ~25 min, --quick ~8), `faults` (the fault matrix; ~15 min, --quick ~2) or `load`
+    /// ~25 min, --quick ~8), `faults` (the fault matrix; ~13 min, --quick ~70 s) or `load`
     /// (10 000 concurrent connections; --quick 1 000).
     #[arg(required_unless_present = "list")]
     pub experiment: Option<String>,
@@ -50,7 +50,7 @@ const BENCHMARKS: [(&str, &str); 6] = [
     ("cc-sweep", "congestion controls over 100 Mbit/s, 600 ms, BER 0 to 1e-5 (~40 min, --quick ~9)"),
     ("tunnel", "distributed mode against end-to-end and split: BER sweep, T1, fetch, overhead, outage (~25 min)"),
     ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~5 min, --quick 1 000)"),
-    ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~15 min, --quick ~3)"),
+    ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~13 min, --quick ~70 s)"),
 ];
 
 /// Runs the experiment `args.experiment`.

@@ -4,7 +4,7 @@
 //!    connections per second, and failures;
 //! 2. send one byte on each and have the server echo it: every connection is real and relayed;
 //! 3. idle: the proxies' resident memory and descriptors per connection;
-//! 4. busy: the server pushes 32 KB down every connection at once while the clients read and
+//! 4. busy: the server pushes 16 KB down every connection at once while the clients read and
 //!    verify them: peak memory (the proxies' and the kernel's TCP buffers) per connection;
 //! 5. close everything: the proxies' descriptors and memory afterwards, and how long they take
 //!    to get back to where they started.
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 const LINK: &str = "[both]\nrate = '200Mbit'\ndelay = '5ms'\n";
 const PORT: u16 = 9700;
-const BUSY_BYTES: usize = 32 << 10;
+const BUSY_BYTES: usize = 16 << 10;
 const CONNECTORS: usize = 32;
 
 /// One mode's figures.
@@ -41,7 +41,7 @@ pub struct LoadRow {
     pub accepted: usize,
     /// Connections whose byte came back.
     pub echoed: usize,
-    /// Connections whose 32 KB arrived intact in the busy phase.
+    /// Connections whose 16 KB arrived intact in the busy phase.
     pub busy_intact: usize,
     /// New connections per second while opening them all.
     pub connects_per_s: f64,
@@ -242,7 +242,7 @@ impl Drop for LoadServer {
 
 /// The hidden `satpep lab load-server`: listens on `port` and answers commands on stdin:
 /// `accepted` (accept until `count` or 120 s, print the number), `echo` (read one byte on
-/// each connection and send it back), `busy` (send 32 KB of pattern 3 down each), `close`.
+/// each connection and send it back), `busy` (send 16 KB of pattern 3 down each), `close`.
 pub fn load_server(port: u16, count: usize) -> Result<(), String> {
     raise_own_fd_limit(count);
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
@@ -285,7 +285,7 @@ pub fn load_server(port: u16, count: usize) -> Result<(), String> {
                 let mut buf = vec![0u8; BUSY_BYTES];
                 fill(3, 0, &mut buf);
                 let mut at = vec![0usize; socks.len()];
-                round_robin(&mut socks, Duration::from_secs(120), |i, s| {
+                round_robin(&mut socks, Duration::from_secs(300), |i, s| {
                     let k = s.write(&buf[at[i]..])?;
                     at[i] += k;
                     Ok(at[i] == BUSY_BYTES)
@@ -403,7 +403,7 @@ fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<Lo
     let s1 = sample(&pids);
     progress.tick(step, &format!("{what}: busy"), 0.0);
 
-    // 4. Busy: 32 KB down every connection at once, read and checked by the clients.
+    // 4. Busy: 16 KB down every connection at once, read and checked by the clients.
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let (stop, pids) = (stop.clone(), pids.clone());
@@ -427,7 +427,7 @@ fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<Lo
     let mut got = vec![0usize; clients.len()];
     let mut bad = vec![false; clients.len()];
     let mut buf = vec![0u8; BUSY_BYTES];
-    round_robin(&mut clients, Duration::from_secs(120), |i, s| {
+    round_robin(&mut clients, Duration::from_secs(300), |i, s| {
         let k = s.read(&mut buf[..BUSY_BYTES - got[i]])?;
         if k == 0 {
             return Err(ErrorKind::UnexpectedEof.into());
@@ -542,7 +542,7 @@ fn mib(b: u64) -> String {
 /// The figures as a Markdown table.
 pub fn table(rows: &[LoadRow]) -> String {
     let mut s = String::from(
-        "| mode | connections | opened/s | echoed | 32 KB intact | proxy RSS MiB: start / idle / busy peak / after | per idle conn | per busy conn | proxy fds: start / idle / after | kernel TCP MiB: idle / busy peak / after | back to start in |\n|---|---:|---:|---:|---:|---|---:|---:|---|---|---:|\n",
+        "| mode | connections | opened/s | echoed | 16 KB intact | proxy RSS MiB: start / idle / busy peak / after | per idle conn | per busy conn | proxy fds: start / idle / after | kernel TCP MiB: idle / busy peak / after | back to start in |\n|---|---:|---:|---:|---:|---|---:|---:|---|---|---:|\n",
     );
     for r in rows {
         let proxy = r.mode != "end-to-end";

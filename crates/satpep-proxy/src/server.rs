@@ -579,6 +579,18 @@ async fn gateway(
     }
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
+    // The gateway has no memory sampler; it still gives freed heap back.
+    let trimmer = {
+        let reg = registry.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut trim = Trim::default();
+            loop {
+                tick.tick().await;
+                trim.after(reg.counters.active.load(Relaxed));
+            }
+        })
+    };
     let r = crate::tunnel::run_gateway(
         ep,
         &t,
@@ -592,6 +604,7 @@ async fn gateway(
     if let Some(i) = idle {
         i.abort();
     }
+    trimmer.abort();
     let live = registry.live().len();
     if live > 0 {
         warn!(live, "stopping: resetting live connections");

@@ -1,5 +1,5 @@
 //! The load benchmark, small: 1 000 concurrent connections end to end, split and tunnelled,
-//! every one echoed and carrying 32 KB intact, and the proxies' descriptors back to where
+//! every one echoed and carrying 16 KB intact, and the proxies' descriptors back to where
 //! they started once they close.
 
 mod common;
