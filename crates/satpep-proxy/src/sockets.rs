@@ -256,7 +256,8 @@ pub fn fd_budget(max_connections: u32, sockets: u64) -> FdBudget {
     let usable = limit.saturating_sub(RESERVE_FDS);
     // Connections accepted while the bypass is being switched on still need descriptors.
     let connections = n.min(usable.saturating_sub(BURST_FDS) / sockets.max(1));
-    let pipes = (usable - connections * sockets) / 2;
+    // The burst margin is not for pipes: it must still be free when the limit is reached.
+    let pipes = usable.saturating_sub(BURST_FDS + connections * sockets) / 2;
     FdBudget {
         limit,
         connections,
