@@ -49,7 +49,7 @@ const BENCHMARKS: [(&str, &str); 6] = [
     ("relay-overhead", "the split proxy's throughput and CPU against plain forwarding (~2 min)"),
     ("cc-sweep", "congestion controls over 100 Mbit/s, 600 ms, BER 0 to 1e-5 (~40 min, --quick ~9)"),
     ("tunnel", "distributed mode against end-to-end and split: BER sweep, T1, fetch, overhead, outage (~25 min)"),
-    ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~5 min, --quick 1 000)"),
+    ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~10 min, --quick 1 000)"),
     ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~13 min, --quick ~70 s)"),
 ];
 
