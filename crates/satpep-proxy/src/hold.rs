@@ -252,6 +252,10 @@ async fn connect(
     let c: &Counters = &reg.counters;
     match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(stream)) => {
+            // Unclaimed when the proxy stops or dies: a reset, not a FIN (and no orphan).
+            if let Ready::Tcp(s) = &stream {
+                crate::sockets::arm(SockRef::from(s));
+            }
             holder.ready.lock().unwrap().insert(key, stream);
             // A client that gave up meanwhile never comes to take it.
             let holder = holder.clone();
