@@ -846,10 +846,14 @@ impl Lab {
         )?;
         self.state.proxy_pids.push(child.id());
         write_state(&self.state)?;
-        // Ready when its nftables table exists.
+        // Ready when it says it is set up (the last step of set-up), not when its nftables
+        // table exists: after a crash the old table is still there while the new process
+        // removes it and installs its own.
         wait_ready(&mut child, &log, &what, || {
-            self.ns_run(host, "nft", &["list", "table", "inet", "satpep"])
-                .is_ok()
+            std::fs::read_to_string(&log).is_ok_and(|t| t.contains("privileges dropped"))
+                && self
+                    .ns_run(host, "nft", &["list", "table", "inet", "satpep"])
+                    .is_ok()
         })?;
         self.proxies.push((host, child));
         Ok(())
