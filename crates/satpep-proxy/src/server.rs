@@ -360,6 +360,12 @@ const MEMORY_SAMPLE: Duration = Duration::from_millis(200);
 /// Memory buffered for connections: the kernel's TCP memory (socket queues, all sockets of
 /// the host, as `net.ipv4.tcp_mem` counts it) plus the bytes in the relay's pipes.
 pub fn buffered_memory() -> u64 {
+    kernel_tcp_memory() + crate::relay::piped_bytes()
+}
+
+/// The kernel's TCP memory, bytes: every TCP socket's queues on the host, all namespaces (the
+/// `mem` pages of `/proc/net/sockstat`, which `net.ipv4.tcp_mem` limits).
+pub fn kernel_tcp_memory() -> u64 {
     let tcp_pages = std::fs::read_to_string("/proc/net/sockstat")
         .ok()
         .and_then(|s| {
@@ -371,7 +377,7 @@ pub fn buffered_memory() -> u64 {
         .unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
-    tcp_pages * page + crate::relay::piped_bytes()
+    tcp_pages * page
 }
 
 /// Decides whether new connections bypass the proxy, from the connection count and the

@@ -280,7 +280,10 @@ fn past_the_memory_limit_connections_bypass_and_keep_working() {
             cc: Some("cubic".into()),
             // 6 MiB above what the host's TCP sockets hold now (the kernel's count is
             // host-wide, and earlier tests may have left sockets draining).
-            max_memory: Some(format!("{}KiB", tcp_mem_kib() + 6 * 1024)),
+            max_memory: Some(format!(
+                "{}KiB",
+                satpep_proxy::server::kernel_tcp_memory() / 1024 + 6 * 1024
+            )),
             ..Default::default()
         }),
     );
@@ -956,23 +959,6 @@ fn a_client_that_never_reads_holds_a_bounded_amount_in_the_proxies() {
         "held on the path: {:.1} MB; proxies' RSS {rss8} KiB",
         at8 as f64 / 1e6
     );
-}
-
-/// The host's TCP memory (`/proc/net/sockstat`), KiB.
-fn tcp_mem_kib() -> u64 {
-    std::fs::read_to_string("/proc/net/sockstat")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("TCP:"))
-        .and_then(|l| {
-            l.split_whitespace()
-                .skip_while(|w| *w != "mem")
-                .nth(1)?
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap()
-        * 4
 }
 
 fn rss_kib(pid: u32) -> u64 {
