@@ -280,6 +280,16 @@ enum Buf {
     Heap(Vec<u8>),
 }
 
+impl Buf {
+    /// Bytes that may still be read into it, with `held` bytes pending from `start` (heap).
+    fn room(&self, start: usize, held: usize) -> usize {
+        match self {
+            Buf::Pipe(p) => p.cap - held,
+            Buf::Heap(v) => v.len() - start - held,
+        }
+    }
+}
+
 /// Relays one direction. Same contract as [`copy`]: at most one buffer of data is in flight,
 /// so a slow writer leaves the excess in the reader's receive buffer. The buffer is taken when
 /// data arrives and given back once everything read has been written and the socket is
@@ -317,10 +327,7 @@ async fn one_way(
                 })
             }
         };
-        let room = match b {
-            Buf::Pipe(p) => p.cap - held.0,
-            Buf::Heap(v) => v.len() - start - held.0,
-        };
+        let room = b.room(start, held.0);
         let mut socket_empty = false;
         if !eof && !pipe_full && room > 0 {
             let got = match b {
@@ -388,11 +395,7 @@ async fn one_way(
             buf = None;
             continue;
         }
-        let room = match &buf {
-            Some(Buf::Pipe(p)) => p.cap - held.0,
-            Some(Buf::Heap(v)) => v.len() - start - held.0,
-            None => 0,
-        };
+        let room = buf.as_ref().map_or(0, |b| b.room(start, held.0));
         let want_read = !eof && !pipe_full && room > 0;
         let want_write = held.0 > 0;
         // Readiness futures return at once while the last attempt left readiness set, and
