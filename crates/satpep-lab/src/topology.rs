@@ -210,6 +210,27 @@ pub struct Pep {
     /// Distributed mode with this tunnel controller (satellite, hybla, cubic, bbr, newreno):
     /// the terminal carries every flow to the gateway in one QUIC connection.
     pub tunnel: Option<String>,
+    /// What the proxies are told about the link (default: nothing, as an operator who does
+    /// not know the link's exact rate and RTT would configure them).
+    pub told: Told,
+}
+
+/// A server port the lab's proxies never intercept: the scenarios' competing end-to-end
+/// flow uses it.
+pub const END_TO_END_PORT: u16 = 5401;
+
+/// What the lab writes into the proxies' configurations about the link.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Told {
+    /// No rate and no RTT: the proxies find the link themselves.
+    #[default]
+    Nothing,
+    /// A nominal rate per direction, bit/s (forward, return), as on a service plan, and no
+    /// RTT; the tunnel takes it as its rate hint and cap.
+    Nominal(f64, f64),
+    /// The emulator's own rates and round-trip time (an explicit option for experiments
+    /// that reproduce a document's set-up, never the default).
+    Exact,
 }
 
 impl Default for UpOptions {
@@ -774,25 +795,33 @@ impl Lab {
                     .map(|r| format!("relay = \"{r}\"\n"))
                     .unwrap_or_default()
                 + pep.proxy_toml.as_deref().unwrap_or_default();
+            // What this proxy is told about the link: each end sends at its own direction's
+            // rate (the gateway forward, down to the terminal; the terminal return).
+            let (fwd, ret) = match pep.told {
+                Told::Nothing => (None, None),
+                Told::Nominal(f, r) => (Some(f), Some(r)),
+                Told::Exact => (
+                    Some(cfg.forward.rate.max_bps()),
+                    Some(cfg.ret.rate.max_bps()),
+                ),
+            };
+            let exact_rtt = (pep.told == Told::Exact).then(|| rtt_ns.max(1_000_000));
+            let (send_rate, peer_rate) = if host == Host::Gateway {
+                (fwd, ret)
+            } else {
+                (ret, fwd)
+            };
+            let line = |key: &str, v: Option<String>| {
+                v.map(|v| format!("{key} = \"{v}\"\n")).unwrap_or_default()
+            };
+            let bps = |r: Option<f64>| r.map(|r| (r.round() as u64).to_string());
             let tunnel = match &pep.tunnel {
                 None => String::new(),
                 Some(t) => {
-                    // Each end sends at its own direction's rate: the gateway forward (down
-                    // to the terminal), the terminal return.
-                    let (role, me, peer_rate, send_rate) = if host == Host::Gateway {
-                        (
-                            "gateway",
-                            "gateway",
-                            cfg.ret.rate.max_bps(),
-                            cfg.forward.rate.max_bps(),
-                        )
+                    let role = if host == Host::Gateway {
+                        "gateway"
                     } else {
-                        (
-                            "terminal",
-                            "terminal",
-                            cfg.forward.rate.max_bps(),
-                            cfg.ret.rate.max_bps(),
-                        )
+                        "terminal"
                     };
                     let peer = if host == Host::Terminal {
                         "peer = \"198.18.2.2:7701\"\n"
@@ -801,13 +830,13 @@ impl Lab {
                     };
                     let k = |f: &str| keys.join(f).display().to_string();
                     format!(
-                        "[tunnel]\nrole = \"{role}\"\n{peer}ca = \"{ca}\"\ncert = \"{cert}\"\nkey = \"{key}\"\ncongestion = \"{t}\"\nrate = \"{sr}\"\nreceive_rate = \"{pr}\"\nrtt = \"{rtt}ns\"\n",
+                        "[tunnel]\nrole = \"{role}\"\n{peer}ca = \"{ca}\"\ncert = \"{cert}\"\nkey = \"{key}\"\ncongestion = \"{t}\"\n{sr}{pr}{rtt}",
                         ca = k("ca.pem"),
-                        cert = k(&format!("{me}.pem")),
-                        key = k(&format!("{me}.key")),
-                        sr = send_rate.round() as u64,
-                        pr = peer_rate.round() as u64,
-                        rtt = rtt_ns.max(1_000_000),
+                        cert = k(&format!("{role}.pem")),
+                        key = k(&format!("{role}.key")),
+                        sr = line("rate", bps(send_rate)),
+                        pr = line("receive_rate", bps(peer_rate)),
+                        rtt = line("rtt", exact_rtt.map(|n| format!("{n}ns"))),
                     )
                 }
             };
@@ -816,13 +845,18 @@ impl Lab {
             } else {
                 cc
             };
+            // Split mode sizes its buffers from rate × RTT only when told both; otherwise
+            // the kernel's autotuning does (the lab's hosts allow 128 MiB).
+            let sizing = match exact_rtt {
+                Some(n) => format!("rate = \"{}\"\nrtt = \"{n}ns\"\n", rate.round() as u64),
+                None => String::new(),
+            };
             let text = format!(
-                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}rate = \"{rate}\"\nrtt = \"{rtt}ns\"\n{more}{tunnel}",
+                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n# The scenarios' competing end-to-end flow.\nexclude_ports = [{e2e}]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}{sizing}{more}{tunnel}",
                 more = pep.satellite_toml.as_deref().unwrap_or_default(),
+                e2e = END_TO_END_PORT,
                 host = host.name(),
                 name = self.name,
-                rate = rate.round() as u64,
-                rtt = rtt_ns.max(1_000_000),
             );
             let path = dir.join(format!("proxy-{}.toml", host.name()));
             std::fs::write(&path, text).map_err(|e| e.to_string())?;

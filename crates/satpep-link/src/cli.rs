@@ -188,6 +188,7 @@ impl LinkArgs {
                     gilbert: self.$g,
                     reorder: None,
                     builtin_delay_trace: None,
+                    builtin_rate_trace: None,
                 }
             };
         }

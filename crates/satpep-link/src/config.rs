@@ -51,6 +51,9 @@ pub struct DirectionSpec {
     /// A built-in delay trace (presets such as `leo`); not settable from files.
     #[serde(skip)]
     pub builtin_delay_trace: Option<Trace>,
+    /// A built-in rate trace (presets such as `geo-fade`); not settable from files.
+    #[serde(skip)]
+    pub builtin_rate_trace: Option<Trace>,
 }
 
 /// Gilbert–Elliott parameters as written by a user.
@@ -147,6 +150,9 @@ impl DirectionSpec {
     /// Overlays `o` on `self`: every field `o` sets wins; a rate (delay) replaces a rate (delay)
     /// trace and vice versa.
     pub fn overlay(&mut self, o: &DirectionSpec) {
+        if o.rate.is_some() || o.rate_trace.is_some() {
+            self.builtin_rate_trace = None;
+        }
         if o.rate.is_some() {
             self.rate_trace = None;
         }
@@ -177,7 +183,8 @@ impl DirectionSpec {
             ber,
             per,
             gilbert,
-            builtin_delay_trace
+            builtin_delay_trace,
+            builtin_rate_trace
         );
     }
 }
@@ -264,6 +271,31 @@ impl RateSource {
             RateSource::Trace(t) => t.max(),
         }
     }
+
+    /// Rate at time `t` ns since the emulator started, bit/s.
+    pub fn at(&self, t: f64) -> f64 {
+        match self {
+            RateSource::Fixed(r) => *r,
+            RateSource::Trace(tr) => tr.value_at(t),
+        }
+    }
+
+    /// Mean rate over `[from, to]` ns since the emulator started, bit/s (a rate trace's
+    /// integral over the span, in 1 ms steps).
+    pub fn mean_bps(&self, from: f64, to: f64) -> f64 {
+        match self {
+            RateSource::Fixed(r) => *r,
+            RateSource::Trace(tr) if to > from => {
+                let steps = (((to - from) / 1e6).ceil() as usize).max(1);
+                let dt = (to - from) / steps as f64;
+                (0..steps)
+                    .map(|k| tr.value_at(from + (k as f64 + 0.5) * dt))
+                    .sum::<f64>()
+                    / steps as f64
+            }
+            RateSource::Trace(tr) => tr.value_at(from),
+        }
+    }
 }
 
 /// Where a direction's propagation delay comes from.
@@ -338,6 +370,9 @@ fn check_prob(dir: &str, key: &str, v: f64, upper_inclusive: bool) -> Result<f64
 impl PartialDir {
     fn resolve(dir: &str, s: &DirectionSpec) -> Result<PartialDir, String> {
         let rate = match (&s.rate, &s.rate_trace) {
+            (None, None) if s.builtin_rate_trace.is_some() => {
+                RateSource::Trace(s.builtin_rate_trace.clone().expect("checked"))
+            }
             (Some(r), _) => {
                 let v = parse_rate(r).map_err(|e| format!("{dir} rate: {e}"))?;
                 if !(MIN_RATE..=MAX_RATE).contains(&v) {

@@ -15,6 +15,7 @@ pub struct PresetInfo {
 /// All presets, in the order `--help` lists them.
 pub const PRESETS: &[PresetInfo] = &[
     PresetInfo { name: "geo", about: "GEO broadband: 50 Mbit/s forward, 10 Mbit/s return, 280 ms one way, queue 100 % BDP" },
+    PresetInfo { name: "geo-fade", about: "geo with a Ku-band rain fade on the forward link every 30 s: 50 Mbit/s for 8 s, then 38, 25 and 12 Mbit/s (8 s), back up by 25 and 38 (ACM steps, 2 s each); mean 34.9 Mbit/s" },
     PresetInfo { name: "meo", about: "MEO (O3b-like): 100 Mbit/s forward, 50 Mbit/s return, 70 ms one way" },
     PresetInfo { name: "leo", about: "LEO (Starlink-like): 100/20 Mbit/s, 14-25 ms one way following a pass, handover every 15 s (60 s trace, repeating)" },
     PresetInfo { name: "urke2011", about: "Urke 2011 Table 6.1: 500 kbit/s each way, 264 ms (RTT 528), queue 33 KB = 100 % BDP" },
@@ -70,10 +71,34 @@ pub fn leo_delay_trace() -> Trace {
     Trace::new(pts, true, Interp::Linear).expect("built-in trace is valid")
 }
 
+/// The built-in rain fade: adaptive coding and modulation steps a 50 Mbit/s forward link
+/// down to 12 Mbit/s and back within each 30 s, so every 30 s run meets one whole fade
+/// whenever it starts.
+pub fn rain_fade_trace() -> Trace {
+    let steps = [
+        (0.0, 50e6),
+        (8.0, 38e6),
+        (10.0, 25e6),
+        (12.0, 12e6),
+        (20.0, 25e6),
+        (22.0, 38e6),
+        (24.0, 50e6),
+        (30.0, 50e6),
+    ];
+    let pts = steps.iter().map(|&(t, r)| (t * 1e9, r)).collect();
+    Trace::new(pts, true, Interp::Step).expect("built-in trace is valid")
+}
+
 /// The spec of preset `name`, or an error listing the valid names.
 pub fn spec(name: &str) -> Result<LinkSpec, String> {
     let s = match name {
         "geo" => asym("50Mbit", "10Mbit", "280ms"),
+        "geo-fade" => {
+            let mut s = asym("50Mbit", "10Mbit", "280ms");
+            s.forward.rate = None;
+            s.forward.builtin_rate_trace = Some(rain_fade_trace());
+            s
+        }
         "meo" => asym("100Mbit", "50Mbit", "70ms"),
         "leo" => {
             let mut s = asym("100Mbit", "20Mbit", "20ms");
@@ -111,7 +136,13 @@ mod tests {
     fn every_preset_resolves() {
         for p in PRESETS {
             let c = spec(p.name).unwrap().resolve().unwrap();
-            assert!(matches!(c.forward.rate, RateSource::Fixed(_)), "{}", p.name);
+            let traced = p.name == "geo-fade";
+            assert_eq!(
+                matches!(c.forward.rate, RateSource::Trace(_)),
+                traced,
+                "{}",
+                p.name
+            );
         }
         let u = spec("urke2011").unwrap().resolve().unwrap();
         assert_eq!(u.forward.queue, QueueLimit::Bytes(33_000));
@@ -131,5 +162,19 @@ mod tests {
         assert!(t.value_at(29.999e9) - t.value_at(30.0e9) > 2.9e6);
         // Periodic.
         assert!((t.value_at(82.5e9) - t.value_at(22.5e9)).abs() < 1.0);
+    }
+
+    #[test]
+    fn the_rain_fade_repeats_every_30_s_and_averages_34_9_mbit() {
+        let c = spec("geo-fade").unwrap().resolve().unwrap();
+        let r = &c.forward.rate;
+        assert_eq!(r.at(5e9), 50e6);
+        assert_eq!(r.at(15e9), 12e6);
+        assert_eq!(r.at(45e9), 12e6);
+        let mean = r.mean_bps(0.0, 30e9);
+        assert!((mean - 1048e6 / 30.0).abs() < 1e4, "{mean}");
+        // Any 30 s span holds one whole fade.
+        assert!((r.mean_bps(7e9, 37e9) - mean).abs() < 1e4);
+        assert_eq!(c.ret.rate.max_bps(), 10e6);
     }
 }

@@ -56,6 +56,13 @@ enum LabSub {
         /// server then resets the client); strict: only after the server's did.
         #[arg(long, value_name = "MODE", value_parser = ["fast", "strict"])]
         handshake: Option<String>,
+        /// What the PEPs are told about the link. nothing (default): no rate and no RTT, as
+        /// an operator who does not know them exactly would configure satpep; exact: the
+        /// emulator's own rates and RTT (to reproduce a set-up that assumed them); or a
+        /// nominal forward rate such as 25Mbit, as on a service plan (the return direction
+        /// gets the emulator's return rate scaled the same way).
+        #[arg(long, value_name = "WHAT", default_value = "nothing", requires = "pep")]
+        tell_pep: String,
         #[command(flatten)]
         link: Box<LinkArgs>,
     },
@@ -139,10 +146,22 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             cc,
             terminal_only,
             handshake,
+            tell_pep,
             link,
         } => {
             let spec = link.spec()?;
             let cfg = spec.resolve()?;
+            let told = match tell_pep.as_str() {
+                "nothing" => satpep_lab::topology::Told::Nothing,
+                "exact" => satpep_lab::topology::Told::Exact,
+                r => {
+                    let f = satpep_link::units::parse_rate(r).map_err(|e| {
+                        format!("--tell-pep: '{r}' is not nothing, exact or a rate ({e})")
+                    })?;
+                    let scale = f / cfg.forward.rate.max_bps();
+                    satpep_lab::topology::Told::Nominal(f, cfg.ret.rate.max_bps() * scale)
+                }
+            };
             let pep = match pep.as_str() {
                 "none" if cc.is_some() => {
                     return Err("--cc needs a PEP mode (--pep split or tunnel)".into())
@@ -158,6 +177,7 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
                     cc,
                     terminal_only,
                     handshake,
+                    told,
                     ..Default::default()
                 }),
                 "tunnel" if terminal_only => {
@@ -170,6 +190,7 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
                     Some(satpep_lab::topology::Pep {
                         tunnel: Some(t),
                         handshake,
+                        told,
                         ..Default::default()
                     })
                 }

@@ -2,6 +2,7 @@
 //! repetitions), run on one lab with real tools, and reported as CSV, JSON, plots, Markdown
 //! and HTML. Presets reproduce the source documents' experiments.
 
+pub mod beside;
 pub mod hosts;
 pub mod plot;
 pub mod presets;

@@ -1,6 +1,7 @@
 //! A scenario's results: CSV and JSON for scripts, plots, and a report in Markdown and in one
 //! self-contained HTML page (plots inlined), with the documents' figures beside ours.
 
+use super::beside::{percentile, BesideRecord};
 use super::plot::{write_line_plot, write_stacked_svg, Line, LinePlot};
 use super::spec::{Metric, Part, Scenario};
 use super::stats::Summary;
@@ -43,6 +44,16 @@ pub struct CellResult {
     pub reference: Option<f64>,
     /// Where the document's figure comes from.
     pub reference_source: Option<String>,
+    /// Probe beside the transfer: median queueing delay per run after the warm-up, ms.
+    pub queue_p50: Summary,
+    /// Probe: 95th percentile of the queueing delay per run, ms.
+    pub queue_p95: Summary,
+    /// Cross traffic's loss per run, %.
+    pub cross_loss: Summary,
+    /// Competing end-to-end flow: the bulk transfer's share of the two goodputs per run, %.
+    pub share: Summary,
+    /// Request/responses beside the transfer: median response time per run, s.
+    pub response_p50: Summary,
 }
 
 /// Summarizes `runs` per cell of `sc`.
@@ -99,9 +110,43 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 failures: mine.iter().map(|r| r.failures).sum(),
                 reference: reference.map(|r| r.value),
                 reference_source: reference.map(|r| r.source.clone()),
+                queue_p50: beside_summary(&mine, c.spec.warmup_s(), |q, _| percentile(q, 50.0)),
+                queue_p95: beside_summary(&mine, c.spec.warmup_s(), |q, _| percentile(q, 95.0)),
+                cross_loss: beside_summary(&mine, 0.0, |_, b| {
+                    b.cross_loss.map_or(f64::NAN, |l| l * 100.0)
+                }),
+                share: Summary::of(
+                    &mine
+                        .iter()
+                        .filter_map(|r| {
+                            let c = r.beside.as_ref()?.competing_bps?;
+                            let g = *r.samples.first()?;
+                            Some(100.0 * g / (g + c).max(1.0))
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                response_p50: beside_summary(&mine, 0.0, |_, b| percentile(&b.responses, 50.0)),
             }
         })
         .collect()
+}
+
+/// A per-run figure of the traffic beside the transfer (`f` gets the probe's queueing delays
+/// after `warmup` s and the record; NaN for none), summarized over the runs that have it.
+fn beside_summary(
+    runs: &[&RunRecord],
+    warmup: f64,
+    f: impl Fn(&[f64], &BesideRecord) -> f64,
+) -> Summary {
+    let v: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| {
+            let b = r.beside.as_ref()?;
+            Some(f(&b.queue_after(warmup), b))
+        })
+        .filter(|v| v.is_finite())
+        .collect();
+    Summary::of(&v)
 }
 
 /// How a metric is printed: unit name and divisor.
@@ -425,6 +470,32 @@ fn part_tables(
             tables.push((
                 "Jain's fairness index over the flows (1 = equal shares)".into(),
                 grid(part, res, &|r| fmt_summary(&r.jain, 1.0)),
+            ));
+        }
+        let plain = |s: &Summary| fmt_summary(s, 1.0);
+        if res.iter().any(|r| r.queue_p95.n > 0) {
+            tables.push((
+                "queueing delay met by a ping probe beside the transfer (RTT above the path's base RTT, ms after the warm-up), p50 / p95".into(),
+                grid(part, res, &|r| format!("{} / {}", plain(&r.queue_p50), plain(&r.queue_p95))),
+            ));
+        }
+        if res.iter().any(|r| r.cross_loss.n > 0) {
+            tables.push((
+                "UDP cross traffic's loss (%)".into(),
+                grid(part, res, &|r| plain(&r.cross_loss)),
+            ));
+        }
+        if res.iter().any(|r| r.share.n > 0) {
+            tables.push((
+                "the transfer's share against a competing end-to-end TCP flow (%, 50 = equal)"
+                    .into(),
+                grid(part, res, &|r| plain(&r.share)),
+            ));
+        }
+        if res.iter().any(|r| r.response_p50.n > 0) {
+            tables.push((
+                "median response time of small requests beside the transfer (s)".into(),
+                grid(part, res, &|r| fmt_summary(&r.response_p50, 1.0)),
             ));
         }
         tables.push((
@@ -861,6 +932,8 @@ mod tests {
             failures: 0,
             errors: vec![],
             link: Default::default(),
+            beside: None,
+            limit_bps: None,
         }
     }
 

@@ -45,21 +45,26 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
 
 fn pep_of(spec: &CellSpec) -> Option<Pep> {
     let p = &spec.pep;
+    // Checked with the scenario, before any lab was built.
+    let told = spec.told().unwrap_or_default();
     match p.mode.as_str() {
         "split" => Some(Pep {
             cc: p.cc.clone(),
             terminal_only: p.terminal_only,
             handshake: p.handshake.clone(),
+            told: told.clone(),
             ..Default::default()
         }),
         "adaptive" => Some(Pep {
             cc: Some("adaptive".into()),
             handshake: p.handshake.clone(),
+            told: told.clone(),
             ..Default::default()
         }),
         "tunnel" => Some(Pep {
             tunnel: Some(p.cc.clone().unwrap_or_else(|| "satellite".into())),
             handshake: p.handshake.clone(),
+            told: told.clone(),
             ..Default::default()
         }),
         _ => None,

@@ -214,6 +214,16 @@ pub struct PepSpec {
     /// fast or strict.
     #[serde(default)]
     pub handshake: Option<String>,
+    /// What the proxies are told about the link: "nothing" (the default: no rate, no RTT),
+    /// "exact" (the emulator's own rates and RTT, for set-ups that assumed them) or a
+    /// nominal forward rate such as "25Mbit" (a service plan's figure; the return direction
+    /// is scaled the same way).
+    #[serde(default = "nothing")]
+    pub told: String,
+}
+
+fn nothing() -> String {
+    "nothing".into()
 }
 
 fn none() -> String {
@@ -227,6 +237,7 @@ impl Default for PepSpec {
             cc: None,
             terminal_only: false,
             handshake: None,
+            told: nothing(),
         }
     }
 }
@@ -335,6 +346,22 @@ pub struct TrafficSpec {
     /// page: parallel connections for the objects after the first.
     #[serde(default = "one")]
     pub connections: u32,
+    /// bulk: a ping probe every 100 ms from the client to the server beside the transfer;
+    /// its RTT above the path's base RTT is the queueing delay it met.
+    #[serde(default)]
+    pub probe: bool,
+    /// bulk: constant-rate UDP cross traffic from the server to the client beside the
+    /// transfer, e.g. "20Mbit" (payload rate); its loss is reported.
+    #[serde(default)]
+    pub cross_udp: Option<String>,
+    /// bulk: a competing end-to-end TCP download beside the transfer (never intercepted by
+    /// a PEP; the server's controller); the shares are reported.
+    #[serde(default)]
+    pub competing: bool,
+    /// bulk: small request/responses beside the transfer, one a second on one keep-alive
+    /// connection through the PEP, each fetching a file of this size, e.g. "1KB".
+    #[serde(default)]
+    pub requests: Option<String>,
 }
 
 fn bulk() -> String {
@@ -357,6 +384,10 @@ impl Default for TrafficSpec {
             count: 1,
             objects: Vec::new(),
             connections: 1,
+            probe: false,
+            cross_udp: None,
+            competing: false,
+            requests: None,
         }
     }
 }
@@ -444,6 +475,29 @@ impl CellSpec {
     }
 
     /// The link with its preset applied.
+    /// The warm-up, seconds (0 if unreadable; checked with the scenario).
+    pub fn warmup_s(&self) -> f64 {
+        secs(&self.warmup).unwrap_or(0.0)
+    }
+
+    /// What the proxies are told about the link, from `pep.told`.
+    pub fn told(&self) -> Result<crate::topology::Told, String> {
+        use crate::topology::Told;
+        Ok(match self.pep.told.as_str() {
+            "nothing" => Told::Nothing,
+            "exact" => Told::Exact,
+            r => {
+                let f = satpep_link::units::parse_rate(r).map_err(|e| {
+                    format!("pep.told: '{r}' is not \"nothing\", \"exact\" or a rate ({e})")
+                })?;
+                let cfg = self.link_spec()?.resolve()?;
+                let scale = f / cfg.forward.rate.max_bps();
+                Told::Nominal(f, cfg.ret.rate.max_bps() * scale)
+            }
+        })
+    }
+
+    /// The link as the emulator runs it.
     pub fn link_spec(&self) -> Result<LinkSpec, String> {
         LinkSpec::layered(&[&self.link])
     }
@@ -503,6 +557,8 @@ impl CellSpec {
                 return Err(format!("pep.handshake '{h}': fast or strict"));
             }
         }
+        self.told()?;
+        super::beside::check(self)?;
         for host in crate::Host::ALL {
             let h = self.host(host);
             let n = host.name();

@@ -1,6 +1,7 @@
 //! One repetition of one cell: the traffic itself (iperf3, nginx + curl), a sampler of the
 //! satellite-leg sender's congestion window and RTT (`ss -ti`), and the emulator's counters.
 
+use super::beside::{Beside, BesideRecord};
 use super::spec::{parse_size, secs, CellSpec};
 use crate::http::{finish_fetch, spawn_fetch, HttpServer};
 use crate::iperf::Server;
@@ -96,6 +97,13 @@ pub struct RunRecord {
     pub errors: Vec<String>,
     /// The emulator's counters over the run.
     pub link: LinkDelta,
+    /// Bulk: what the traffic beside it saw (probe, cross traffic, competing flow,
+    /// request/responses), when the scenario runs any.
+    #[serde(default)]
+    pub beside: Option<BesideRecord>,
+    /// Bulk: the physical limit over the measured span, bit/s (a rate trace's mean rate).
+    #[serde(default)]
+    pub limit_bps: Option<f64>,
 }
 
 /// Jain's fairness index of `x`: 1 when all are equal, 1/n when one takes everything.
@@ -260,6 +268,8 @@ pub fn run_once(
         failures: 0,
         errors: Vec::new(),
         link: LinkDelta::default(),
+        beside: None,
+        limit_bps: None,
     };
     let before = lab.link_stats().ok();
     let t = &spec.traffic;
@@ -344,6 +354,8 @@ fn bulk(
             }
         }
     }
+    let beside = Beside::start(lab, spec, dur);
+    let uptime0 = lab.link_stats().ok().map(|s| s.uptime_s);
     let start = Instant::now();
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut ccs = Vec::new();
@@ -494,9 +506,24 @@ fn bulk(
         let (b, s, _) = window(f, all_from);
         f.goodput_bps = if s > 0.0 { b as f64 * 8.0 / s } else { 0.0 };
     }
+    // With a rate trace the limit is the trace's mean over the measured span.
+    let limit_bps = match (uptime0, spec.link_spec().and_then(|l| l.resolve())) {
+        (Some(u0), Ok(cfg)) => {
+            let d = if download { &cfg.forward } else { &cfg.ret };
+            let (a, b) = ((u0 + warm) * 1e9, (u0 + last_end) * 1e9);
+            limit_bps * d.rate.mean_bps(a, b) / d.rate.max_bps()
+        }
+        _ => limit_bps,
+    };
+    rec.limit_bps = Some(limit_bps);
     if rec.failures == 0 {
         rec.samples.push(goodput);
         rec.utilization = Some(goodput / limit_bps);
+    }
+    let t = &spec.traffic;
+    if t.probe || t.cross_udp.is_some() || t.competing || t.requests.is_some() {
+        let base = |u: f64| super::beside::base_rtt_ms(spec, u).unwrap_or(0.0);
+        rec.beside = Some(beside.finish(&base, warm, &mut rec.errors));
     }
     if n > 1 {
         rec.jain = Some(jain(

@@ -1,0 +1,393 @@
+//! What runs beside a bulk transfer, to see what it does to everything else on the link: a
+//! ping probe (queueing delay), constant-rate UDP cross traffic (its loss), a competing
+//! end-to-end TCP flow (the share each gets) and small request/responses through the PEP
+//! (their response time).
+
+use super::spec::{parse_size, secs, CellSpec};
+use crate::http::HttpServer;
+use crate::iperf::Server;
+use crate::topology::{Host, Lab, SERVER_V4};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::process::{Child, Stdio};
+
+/// Port of the cross traffic's iperf3 (UDP).
+pub const CROSS_PORT: u16 = 5301;
+/// Port of the competing end-to-end TCP flow's iperf3; the lab's proxies never intercept it.
+pub const COMPETING_PORT: u16 = crate::topology::END_TO_END_PORT;
+/// Ping probe interval, seconds.
+const PROBE_INTERVAL_S: f64 = 0.1;
+/// Size of a probe's echo request and reply frame on the link (ping's default 56 data
+/// bytes + ICMP 8 + IPv4 20 + Ethernet 14).
+const PROBE_FRAME: f64 = 98.0;
+
+/// What the traffic beside a bulk run saw.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct BesideRecord {
+    /// Probe: (seconds since the bulk start when the echo request left, queueing delay ms =
+    /// RTT above the path's base RTT at that moment).
+    #[serde(default)]
+    pub queue: Vec<(f64, f64)>,
+    /// Probe: echo requests sent and answered.
+    #[serde(default)]
+    pub probes: (u32, u32),
+    /// Cross traffic: share of its datagrams lost (0–1).
+    #[serde(default)]
+    pub cross_loss: Option<f64>,
+    /// Competing end-to-end TCP flow: goodput after the warm-up, bit/s.
+    #[serde(default)]
+    pub competing_bps: Option<f64>,
+    /// Request/responses: seconds each, the first (which also connects) left out.
+    #[serde(default)]
+    pub responses: Vec<f64>,
+}
+
+impl BesideRecord {
+    /// The probe's queueing delays from `from_s` on, ms.
+    pub fn queue_after(&self, from_s: f64) -> Vec<f64> {
+        self.queue
+            .iter()
+            .filter(|(t, _)| *t >= from_s)
+            .map(|&(_, q)| q)
+            .collect()
+    }
+}
+
+/// The `p`-th percentile (0–100) of `v`, nearest rank; NaN when empty.
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}
+
+/// Processes started beside the bulk flows; [`Beside::finish`] collects them.
+pub struct Beside {
+    ping: Option<Child>,
+    cross: Option<(Server, Child)>,
+    competing: Option<(Server, Child)>,
+    requests: Option<(HttpServer, Child, u64)>,
+    /// The emulator's uptime when the bulk traffic started, s (the delay trace's clock).
+    uptime0: Option<f64>,
+    /// Wall clock when the bulk traffic started, s since the epoch.
+    epoch0: f64,
+    errors: Vec<String>,
+}
+
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn iperf_client(lab: &Lab, port: u16, run_s: u32, extra: &[String]) -> Result<Child, String> {
+    let mut args: Vec<String> = vec![
+        "-c".into(),
+        SERVER_V4.into(),
+        "-p".into(),
+        port.to_string(),
+        "-t".into(),
+        run_s.to_string(),
+        "-R".into(),
+        "-J".into(),
+    ];
+    args.extend(extra.iter().cloned());
+    lab.command(Host::Client, "iperf3")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start iperf3: {e}"))
+}
+
+impl Beside {
+    /// Starts what `spec.traffic` asks for beside a bulk run of `dur` seconds. Failures to
+    /// start are recorded, not fatal: the bulk run goes on.
+    pub fn start(lab: &Lab, spec: &CellSpec, dur: f64) -> Beside {
+        let t = &spec.traffic;
+        let uptime0 = lab.link_stats().ok().map(|s| s.uptime_s);
+        let mut b = Beside {
+            ping: None,
+            cross: None,
+            competing: None,
+            requests: None,
+            uptime0,
+            epoch0: epoch_now(),
+            errors: Vec::new(),
+        };
+        let run_s = dur.round().max(1.0) as u32;
+        if t.probe {
+            let count = (dur / PROBE_INTERVAL_S).floor().max(1.0) as u32;
+            match lab
+                .command(Host::Client, "ping")
+                .args([
+                    "-n",
+                    "-D",
+                    "-i",
+                    &PROBE_INTERVAL_S.to_string(),
+                    "-c",
+                    &count.to_string(),
+                    "-W",
+                    "10",
+                    SERVER_V4,
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+            {
+                Ok(c) => b.ping = Some(c),
+                Err(e) => b.errors.push(format!("probe: cannot start ping: {e}")),
+            }
+        }
+        if let Some(rate) = &t.cross_udp {
+            let started = satpep_link::units::parse_rate(rate)
+                .map_err(|e| e.to_string())
+                .and_then(|bps| {
+                    let server = Server::start(lab, Host::Server, CROSS_PORT)?;
+                    let extra = [
+                        "-u".into(),
+                        "-b".into(),
+                        (bps.round() as u64).to_string(),
+                        "-l".into(),
+                        "1200".into(),
+                    ];
+                    Ok((server, iperf_client(lab, CROSS_PORT, run_s, &extra)?))
+                });
+            match started {
+                Ok(x) => b.cross = Some(x),
+                Err(e) => b.errors.push(format!("cross traffic: {e}")),
+            }
+        }
+        if t.competing {
+            let started = Server::start(lab, Host::Server, COMPETING_PORT)
+                .and_then(|s| Ok((s, iperf_client(lab, COMPETING_PORT, run_s, &[])?)));
+            match started {
+                Ok(x) => b.competing = Some(x),
+                Err(e) => b.errors.push(format!("competing flow: {e}")),
+            }
+        }
+        if let Some(size) = &t.requests {
+            let started = parse_size(size).and_then(|size| {
+                let server = HttpServer::start(lab, Host::Server, &[("rr.bin", size as usize)])?;
+                let url = format!("http://{SERVER_V4}/rr.bin");
+                // One request a second on one keep-alive connection, for the whole run.
+                let mut c = lab.command(Host::Client, "curl");
+                c.args([
+                    "-s",
+                    "--rate",
+                    "1/s",
+                    "--max-time",
+                    &(run_s + 20).to_string(),
+                    "-w",
+                    "%{time_total} %{size_download} %{http_code}\n",
+                ]);
+                for _ in 0..run_s.max(2) {
+                    c.args(["-o", "/dev/null", &url]);
+                }
+                let child = c
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| format!("cannot start curl: {e}"))?;
+                Ok((server, child, size))
+            });
+            match started {
+                Ok(x) => b.requests = Some(x),
+                Err(e) => b.errors.push(format!("requests: {e}")),
+            }
+        }
+        b
+    }
+
+    /// Waits for everything (each has its own time limit), parses what it saw; `base_rtt_ms(t)`
+    /// is the path's base RTT at emulator uptime `t`; goodput counts from `warmup_s`.
+    pub fn finish(
+        self,
+        base_rtt_ms: &dyn Fn(f64) -> f64,
+        warmup_s: f64,
+        errors: &mut Vec<String>,
+    ) -> BesideRecord {
+        let mut r = BesideRecord::default();
+        errors.extend(self.errors);
+        let kill_after = std::time::Instant::now() + std::time::Duration::from_secs(40);
+        let wait = |mut c: Child| -> Option<std::process::Output> {
+            while std::time::Instant::now() < kill_after {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return c.wait_with_output().ok();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            c.wait_with_output().ok()
+        };
+        if let Some(c) = self.ping {
+            if let Some(out) = wait(c) {
+                let text = String::from_utf8_lossy(&out.stdout);
+                let (sent, got, samples) = parse_ping(&text);
+                r.probes = (sent, got);
+                for (recv_epoch, rtt_ms) in samples {
+                    let sent_epoch = recv_epoch - rtt_ms / 1e3;
+                    let t = sent_epoch - self.epoch0;
+                    let base = match self.uptime0 {
+                        Some(u0) => base_rtt_ms(u0 + t),
+                        None => base_rtt_ms(0.0),
+                    };
+                    r.queue.push((t, (rtt_ms - base).max(0.0)));
+                }
+            }
+        }
+        if let Some((server, c)) = self.cross {
+            if let Some(out) = wait(c) {
+                let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+                let sum = &v["end"]["sum"];
+                match (sum["lost_packets"].as_f64(), sum["packets"].as_f64()) {
+                    (Some(l), Some(p)) if p > 0.0 => r.cross_loss = Some(l / p),
+                    _ => errors.push(format!(
+                        "cross traffic: no result ({})",
+                        v["error"].as_str().unwrap_or("iperf3 failed")
+                    )),
+                }
+            }
+            drop(server);
+        }
+        if let Some((server, c)) = self.competing {
+            if let Some(out) = wait(c) {
+                let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+                let iv: Vec<(f64, u64)> = v["intervals"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|i| {
+                                Some((i["sum"]["end"].as_f64()?, i["sum"]["bytes"].as_u64()?))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                // After the warm-up, the last interval left out as for the bulk flows.
+                let (mut bytes, mut span, mut prev) = (0u64, 0.0, 0.0);
+                for (k, &(end, b)) in iv.iter().enumerate() {
+                    if prev >= warmup_s - 1e-6 && k + 1 < iv.len() {
+                        bytes += b;
+                        span += end - prev;
+                    }
+                    prev = end;
+                }
+                if span > 0.0 {
+                    r.competing_bps = Some(bytes as f64 * 8.0 / span);
+                } else {
+                    errors.push(format!(
+                        "competing flow: no result ({})",
+                        v["error"].as_str().unwrap_or("iperf3 failed")
+                    ));
+                }
+            }
+            drop(server);
+        }
+        if let Some((server, c, size)) = self.requests {
+            if let Some(out) = wait(c) {
+                let text = String::from_utf8_lossy(&out.stdout);
+                for (k, l) in text.lines().enumerate() {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    let ok = w.get(2) == Some(&"200")
+                        && w.get(1).and_then(|b| b.parse::<u64>().ok()) == Some(size);
+                    if !ok {
+                        errors.push(format!("request {k}: {l}"));
+                    } else if k > 0 {
+                        r.responses.push(w[0].parse().unwrap_or(f64::NAN));
+                    }
+                }
+            }
+            drop(server);
+        }
+        r
+    }
+}
+
+/// Parses `ping -D -n` output: (sent, received, [(receive time s since the epoch, RTT ms)]).
+pub fn parse_ping(text: &str) -> (u32, u32, Vec<(f64, f64)>) {
+    let mut samples = Vec::new();
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix('[') else {
+            continue;
+        };
+        let Some((ts, tail)) = rest.split_once(']') else {
+            continue;
+        };
+        let rtt = tail
+            .split("time=")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|t| t.parse::<f64>().ok());
+        if let (Ok(ts), Some(rtt)) = (ts.parse::<f64>(), rtt) {
+            samples.push((ts, rtt));
+        }
+    }
+    // "50 packets transmitted, 48 received, 4% packet loss, time 4900ms"
+    let sent = text
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(samples.len() as u32);
+    (sent, samples.len() as u32, samples)
+}
+
+/// The path's base RTT at emulator uptime `t` s, ms: both directions' propagation delay at
+/// that moment plus a probe frame's serialization each way.
+pub fn base_rtt_ms(spec: &CellSpec, t: f64) -> Result<f64, String> {
+    let cfg = spec.link_spec()?.resolve()?;
+    let ns = t * 1e9;
+    let ser = |d: &satpep_link::config::DirectionConfig| PROBE_FRAME * 8.0 / d.rate.max_bps() * 1e3;
+    Ok((cfg.ret.delay.at(ns) + cfg.forward.delay.at(ns)) / 1e6 + ser(&cfg.ret) + ser(&cfg.forward))
+}
+
+/// Checks the beside keys of `spec.traffic` before any lab is built.
+pub fn check(spec: &CellSpec) -> Result<(), String> {
+    let t = &spec.traffic;
+    let any = t.probe || t.cross_udp.is_some() || t.competing || t.requests.is_some();
+    if any && t.kind != "bulk" {
+        return Err(
+            "traffic.probe, cross_udp, competing and requests run beside a bulk transfer (kind = \"bulk\")"
+                .into(),
+        );
+    }
+    if let Some(r) = &t.cross_udp {
+        satpep_link::units::parse_rate(r).map_err(|e| format!("traffic.cross_udp: {e}"))?;
+    }
+    if let Some(s) = &t.requests {
+        parse_size(s).map_err(|e| format!("traffic.requests: {e}"))?;
+    }
+    secs(&spec.duration)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_output_gives_receive_times_and_rtts() {
+        let text = "PING 198.18.3.2 (198.18.3.2) 56(84) bytes of data.\n\
+[1700000000.500000] 64 bytes from 198.18.3.2: icmp_seq=1 ttl=62 time=560 ms\n\
+[1700000000.712345] 64 bytes from 198.18.3.2: icmp_seq=2 ttl=62 time=672.5 ms\n\
+\n--- 198.18.3.2 ping statistics ---\n3 packets transmitted, 2 received, 33.3333% packet loss, time 200ms\n";
+        let (sent, got, s) = parse_ping(text);
+        assert_eq!((sent, got), (3, 2));
+        assert_eq!(s[1], (1700000000.712345, 672.5));
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 95.0), 95.0);
+        assert_eq!(percentile(&[7.0], 95.0), 7.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+}
