@@ -74,16 +74,24 @@ impl Class {
         }
     }
 
-    /// The shipped policy: the thesis's Table 4.3 for bulk transfers, with Tarang plugged in
-    /// for lossy long paths as the thesis does, and the kernel's default ("" here) where it
-    /// keeps the default.
+    /// The shipped policy. Long paths follow the thesis's Table 4.3 (Hybla when clean,
+    /// Tarang when lossy, as the thesis plugs it in). Short paths (LEO, MEO, terrestrial) and
+    /// thin ones take the kernel's BBR: on the field benchmark (docs/cc.md) Tarang and
+    /// Westwood+ fell far behind end-to-end BBR on a lossy LEO link (their windows, tuned
+    /// for long RTTs, were cut at every random loss or held too small), and Tarang overfilled
+    /// a T1's queue every round trip.
     pub fn default_cc(self) -> &'static str {
         match self {
-            Class::LowSpeedVeryLowDelay | Class::LowSpeedLowDelay | Class::HighSpeedQueue => "",
-            Class::LowSpeedLowDelayLossy | Class::HighSpeedLossy => "satpep_westwood",
-            Class::HighSpeed => "satpep_hstcp",
-            Class::LongFat | Class::LongThin => "satpep_hybla",
-            Class::LongFatLossy | Class::LongThinLossy => "satpep_tarang",
+            Class::LowSpeedVeryLowDelay
+            | Class::LowSpeedLowDelay
+            | Class::LowSpeedLowDelayLossy
+            | Class::HighSpeed
+            | Class::HighSpeedLossy
+            | Class::HighSpeedQueue
+            | Class::LongThin
+            | Class::LongThinLossy => "bbr",
+            Class::LongFat => "satpep_hybla",
+            Class::LongFatLossy => "satpep_tarang",
         }
     }
 }
@@ -324,6 +332,25 @@ mod tests {
             k.observe(&obs(600.0, 601.0, 50.0, 9), later).0,
             Class::LongFat
         );
+    }
+
+    #[test]
+    fn short_lossy_and_thin_paths_get_bbr_long_ones_keep_hybla_and_tarang() {
+        let t = Instant::now();
+        // A LEO path (min RTT 30 ms, 90 Mbit/s) with link-error losses.
+        let mut k = Classifier::default();
+        k.observe(&obs(30.0, 31.0, 90.0, 0), t);
+        let (class, _) = k.observe(&obs(30.0, 31.0, 90.0, 4), t);
+        assert_eq!(class, Class::LowSpeedLowDelayLossy);
+        assert_eq!(class.default_cc(), "bbr");
+        // A lossy T1 (1.5 Mbit/s, 570 ms).
+        let mut k = Classifier::default();
+        k.observe(&obs(570.0, 571.0, 1.4, 0), t);
+        let (class, _) = k.observe(&obs(570.0, 571.0, 1.4, 7), t);
+        assert_eq!(class, Class::LongThinLossy);
+        assert_eq!(class.default_cc(), "bbr");
+        assert_eq!(Class::LongFat.default_cc(), "satpep_hybla");
+        assert_eq!(Class::LongFatLossy.default_cc(), "satpep_tarang");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::sockets::{
 };
 use crate::tunnel::Terminal;
 use socket2::SockRef;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +22,39 @@ const FASTOPEN_WAIT: Duration = Duration::from_millis(5);
 /// How long an upstream connection attempt may take before the client is reset.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The satellite leg's controller when the configuration names none: the kernel's `bbr` if
+/// this kernel has it. Measured on the field benchmark (docs/proxy.md), it is never slower
+/// than end-to-end TCP there, where the kernel's usual default, cubic, collapses at the
+/// first random losses of a long link; without it the kernel's default stays, with a
+/// warning.
+pub const DEFAULT_SATELLITE_CONGESTION: &str = "bbr";
+
+fn default_satellite_congestion(cfg: &mut ProxyConfig) {
+    // With adaptive selection this is the controller a connection starts on.
+    if cfg.satellite.congestion.is_some() {
+        return;
+    }
+    let cc = DEFAULT_SATELLITE_CONGESTION;
+    let ok = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .and_then(|s| crate::sockets::set_congestion(s.as_raw_fd(), cc));
+    match ok {
+        Ok(()) => {
+            info!(congestion = %cc, "satellite leg: no controller configured, using the default");
+            cfg.satellite.congestion = Some(cc.into());
+        }
+        Err(e) => warn!(
+            "satellite leg: the default controller '{cc}' is not available ({e}); the kernel's default is used"
+        ),
+    }
+}
+
 /// Runs the proxy until `shutdown` completes. Interception is removed on every exit path.
 pub async fn run(
     cfg: ProxyConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<Arc<Registry>, String> {
+    let mut cfg = cfg;
+    default_satellite_congestion(&mut cfg);
     let (down_leg, up_leg) = if cfg.satellite_upstream {
         (cfg.terrestrial.clone(), cfg.satellite.clone())
     } else {
@@ -78,10 +107,17 @@ pub async fn run(
     }
     if let Some(a) = &cfg.adaptive {
         let avail = satpep_cc::available();
+        // A kernel controller not loaded yet (bbr) is loaded by selecting it once.
+        let usable = |cc: &str| {
+            avail.iter().any(|x| x == cc)
+                || socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .and_then(|s| crate::sockets::set_congestion(s.as_raw_fd(), cc))
+                    .is_ok()
+        };
         if let Some((class, cc)) = a
             .policy
             .iter()
-            .find(|(_, cc)| !cc.is_empty() && !avail.iter().any(|x| x == cc))
+            .find(|(_, cc)| !cc.is_empty() && !usable(cc))
         {
             return Err(format!(
                 "adaptive.policy.{}: congestion control '{cc}' is not available ({})",

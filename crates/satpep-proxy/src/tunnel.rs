@@ -453,13 +453,16 @@ pub async fn run_gateway(
 fn log_stats(c: &quinn::Connection, closing: bool) {
     let s = c.stats();
     let p = s.path;
-    let losses = c
+    let sat = c
         .congestion_state()
         .into_any()
         .downcast::<satpep_tunnel::congestion::satellite::Satellite>()
-        .ok()
-        .map(|x| x.losses())
-        .unwrap_or_default();
+        .ok();
+    let losses = sat.as_ref().map(|x| x.losses()).unwrap_or_default();
+    // The satellite controller's model: the rate and base RTT it found.
+    let (model_bw, model_rtt) = sat.as_ref().map(|x| x.model()).unwrap_or_default();
+    let rate_mbit = model_bw as f64 * 8e-6;
+    let base_rtt_ms = model_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e3);
     let (rtt_ms, min_rtt_ms) = (p.rtt.as_secs_f64() * 1e3, p.min_rtt.as_secs_f64() * 1e3);
     let (sent, lost, udp_tx, udp_rx) = (
         p.sent_packets,
@@ -472,9 +475,9 @@ fn log_stats(c: &quinn::Connection, closing: bool) {
     // Flow control stalls, either way: the window sizing is wrong if these grow.
     let blocked = s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked;
     if closing {
-        info!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, blocked, udp_tx, udp_rx, mtu, "tunnel closed");
+        info!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, rate_mbit, base_rtt_ms, blocked, udp_tx, udp_rx, mtu, "tunnel closed");
     } else {
-        debug!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, blocked, udp_tx, udp_rx, mtu, "tunnel stats");
+        debug!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, rate_mbit, base_rtt_ms, blocked, udp_tx, udp_rx, mtu, "tunnel stats");
     }
 }
 

@@ -1,38 +1,82 @@
-//! The satellite hop's controller. It knows what a PEP at either end of a satellite link
-//! knows: the link's rate and round-trip time. It starts at one bandwidth-delay product,
-//! holds the window at rate × minimum RTT plus a small headroom, and reacts to a loss only
-//! when the RTT says a queue built up (Tarang's and Westwood+'s idea, 004 §4): a loss with no
-//! queue behind it is the channel's noise, and is repaired without slowing down. After a
-//! congestion loss the window becomes the measured delivery rate × minimum RTT (Westwood+).
-//! Without a configured rate it grows like Hybla from a small window and is capped by what
-//! it measured.
+//! The satellite hop's controller. It needs no configured rate: it measures the bottleneck's
+//! rate and the path's base RTT and holds the window at their product plus a small slack, so
+//! the bottleneck queue stays short whatever the link does.
 //!
-//! Outages: while nothing is acknowledged for over a second, one small probe per second may
-//! leave even with a full window, so the first packet after the link returns is acknowledged
-//! at once and repair starts, instead of waiting out QUIC's backed-off probe timer (which
-//! after a 60 s outage would add up to another minute). Persistent congestion with no queue
-//! behind it (an outage) keeps the window.
+//! - **Model** (BBR's): the bottleneck rate is the highest per-round delivery rate of the last
+//!   [`BW_ROUNDS`] rounds; the base RTT the lowest RTT of the last [`MIN_RTT_WINDOW`] (at
+//!   least [`MIN_RTT_ROUNDS`] rounds). The window is rate × (base RTT + slack), where the slack
+//!   is max(15 ms, base RTT / 25): the only queue the controller means to keep.
+//! - **Start**: the window doubles every round (slow start) until the RTT shows a queue above
+//!   the budget (delay-based exit, as HyStart), or the delivery rate stops growing for three
+//!   rounds (BBR's full pipe); random losses do not end it.
+//! - **Rate drops** (fades, cross traffic arriving): the RTT rises above base RTT + budget, the
+//!   budget being the slack plus a margin of max(15 ms, base RTT / 20). Then the rate estimate
+//!   becomes the delivery rate just measured (the bottleneck's new rate: it is saturated) and
+//!   the window drops to 0.9 × the new rate × base RTT for one round, which empties the queue
+//!   (Vegas and SCPS-TP's rate control read the queue from the RTT the same way; BBRv2/v3 cut
+//!   their model on a congestion signal instead of waiting for the max filter to forget).
+//! - **RTT changes** (handovers): if the queue does not drain in that round, the higher RTT is
+//!   the path's, not a queue: it becomes the base RTT. A base RTT that falls is taken at once.
+//! - **Rate rises**: every [`CRUISE_ROUNDS`] rounds the window probes above the model by one
+//!   slack's worth; while the delivery rate follows, the probe doubles each round (BBRv3's
+//!   probe up), so a link that doubled is found in a few rounds. A probe ends when the RTT
+//!   rises (no more room) or the rate stops following, with one drain round, which also
+//!   samples the base RTT.
+//! - **Losses**: a loss with no queue above the budget is the channel's noise, repaired
+//!   without slowing down (Tarang's and Westwood+'s idea, 004 §4); with a queue it is treated
+//!   as a rate drop. Counted by kind for the status page.
+//! - **Outages**: while nothing is acknowledged for over a second, one small probe per second
+//!   may leave even with a full window, so the first packet after the link returns is
+//!   acknowledged at once and repair starts, instead of waiting out QUIC's backed-off probe
+//!   timer. Persistent congestion with no queue behind it (an outage) keeps the model; RTT
+//!   samples of packets sent before the silence ended are not used.
+//! - **A configured rate** is a hint and a cap: with the RTT also configured the controller
+//!   starts from that bandwidth-delay product instead of slow start, and it never estimates
+//!   the rate above it.
 
 use super::HopInfo;
 use quinn::congestion::{Controller, ControllerFactory};
 use quinn_proto::RttEstimator;
 use std::any::Any;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Queueing the window allows above rate × minimum RTT, as time at the link rate.
-const HEADROOM: Duration = Duration::from_millis(20);
+/// Least slack: the queue the window allows above rate × base RTT.
+const SLACK_MIN: Duration = Duration::from_millis(15);
+/// The slack is at least base RTT / this.
+const SLACK_SHARE: u32 = 25;
+/// Least margin above the slack before a queue counts as too long.
+const MARGIN_MIN: Duration = Duration::from_millis(15);
+/// The margin is at least base RTT / this.
+const MARGIN_SHARE: u32 = 20;
+/// Rounds the rate estimate remembers (its max filter).
+const BW_ROUNDS: usize = 10;
+/// Least time the base RTT estimate remembers (its min filter)...
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(2);
+/// ...and least rounds: it must outlast a cruise-probe-drain cycle, which samples it.
+const MIN_RTT_ROUNDS: u32 = 16;
+/// Rounds between probes for more rate.
+const CRUISE_ROUNDS: u32 = 8;
+/// Window in a drain round, as a share of rate × base RTT.
+const DRAIN_GAIN: f64 = 0.92;
+/// Window before anything is known, packets (one connection carries every flow).
+const INITIAL_PACKETS: u64 = 32;
+/// The current queue is read from the RTT samples of the last base RTT / this (at least
+/// [`RECENT_MIN`]): their minimum, so that delayed acknowledgements and pacing bursts
+/// shorter than that do not count as queue.
+const RECENT_SHARE: u32 = 8;
+/// Least span of [`RECENT_SHARE`].
+const RECENT_MIN: Duration = Duration::from_millis(10);
 /// Silence after which the hop is taken to be out, and probes may go.
 const SILENCE: Duration = Duration::from_secs(1);
 /// At most one probe per this while the hop is out.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes a datagram takes on the link beyond its QUIC payload: UDP 8, IPv4 20, Ethernet
-/// header 14 (IPv6 adds 20, link framing more; the headroom absorbs them).
+/// header 14 (a configured rate counts whole frames; the window counts payload).
 const FRAME_OVERHEAD: u64 = 42;
-/// Hybla's reference RTT.
-const RTT0: Duration = Duration::from_millis(25);
 
-/// Configuration: the hop as the operator described it.
+/// Configuration: the hop as the operator described it (possibly not at all).
 #[derive(Debug, Clone)]
 pub struct SatelliteConfig {
     hop: HopInfo,
@@ -56,7 +100,7 @@ impl ControllerFactory for SatelliteConfig {
 /// What the controller has seen, for status pages and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LossCounts {
-    /// Loss events with a queue behind them: the window was reduced.
+    /// Loss events with a queue behind them: the rate estimate was cut.
     pub congestion: u64,
     /// Loss events with no queue: repaired, window kept.
     pub random: u64,
@@ -73,36 +117,68 @@ impl Satellite {
     pub fn losses(&self) -> LossCounts {
         self.core.losses
     }
+
+    /// The controller's model: (rate estimate, bytes/s; base RTT).
+    pub fn model(&self) -> (u64, Option<Duration>) {
+        (self.core.bw, self.core.min_rtt)
+    }
 }
 
-/// Delivery rate, sampled over intervals of a quarter minimum RTT and smoothed (each sample
-/// weighs one half), so it follows the last RTT or so, as Westwood+'s estimate does.
+/// Where the controller is in its cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Doubling every round until a queue shows.
+    Startup,
+    /// One round below the model, so the queue empties and the base RTT can be sampled.
+    Drain,
+    /// At the model.
+    Cruise,
+    /// Above the model, looking for more rate.
+    Probe,
+    /// Another sender keeps the queue full (drains no longer empty it): queueing delay is
+    /// no signal any more, so the window grows as Hybla's does and shrinks by 0.3 on a loss
+    /// with a queue, like the loss-based TCP it competes with.
+    Compete,
+}
+
+/// Delivery rate over short intervals (a quarter base RTT, at least 10 ms), smoothed (each
+/// sample weighs one half): what the bottleneck serves right now while it is saturated.
 #[derive(Debug, Clone)]
-struct DeliveryRate {
+struct AckRate {
     start: Instant,
     bytes: u64,
     /// Bytes per second.
     recent: u64,
 }
 
-impl DeliveryRate {
-    fn on_ack(&mut self, now: Instant, bytes: u64, min_rtt: Duration, app_limited: bool) {
+impl AckRate {
+    fn on_ack(&mut self, now: Instant, bytes: u64, min_rtt: Duration) {
         self.bytes += bytes;
         let span = now.saturating_duration_since(self.start);
         if span >= (min_rtt / 4).max(Duration::from_millis(10)) {
             let rate = (self.bytes as u128 * 1_000_000_000 / span.as_nanos().max(1)) as u64;
-            // An application-limited interval shows less than the path can carry.
-            if !app_limited || rate > self.recent {
-                self.recent = if self.recent == 0 {
-                    rate
-                } else {
-                    (self.recent + rate) / 2
-                };
-            }
+            self.recent = if self.recent == 0 {
+                rate
+            } else {
+                (self.recent + rate) / 2
+            };
             self.start = now;
             self.bytes = 0;
         }
     }
+}
+
+/// One round trip: from the first acknowledgement of a packet sent at or after `marker` to
+/// the next such acknowledgement.
+#[derive(Debug, Clone)]
+struct Round {
+    /// Packets sent from here on end this round when acknowledged.
+    marker: Instant,
+    /// When the round began (acknowledgement time).
+    began: Instant,
+    acked: u64,
+    min_rtt: Option<Duration>,
+    app_limited: bool,
 }
 
 /// The controller's state and logic, independent of quinn's types.
@@ -111,123 +187,438 @@ pub struct Core {
     hop: HopInfo,
     mtu: u64,
     window: u64,
-    min_rtt: Duration,
-    smoothed: Duration,
-    latest: Duration,
-    rate: DeliveryRate,
-    /// Losses of packets sent before this were part of the last reaction.
-    recovery_start: Option<Instant>,
+    phase: Phase,
+    /// Rounds ended since the phase began.
+    phase_rounds: u32,
+    /// Probe: bytes above the model.
+    probe_extra: u64,
+    /// Probe: the rate estimate when the probe began.
+    probe_base: u64,
+    /// Drain: packets sent from here on were sent below the model.
+    drain_from: Instant,
+    /// Drain: lowest RTT of packets sent during the drain.
+    drain_min: Option<Duration>,
+    /// Drain: payload bytes acknowledged of packets sent during the drain.
+    drain_acked: u64,
+    /// Drain: payload bytes acknowledged during the drain, whenever sent.
+    drain_acked_all: u64,
+    /// Drains in a row that left a queue behind.
+    undrained: u32,
+    /// Startup's growth per acknowledged byte: 1 (×2 a round) at the start, 1/2 (×1.5) when
+    /// a probe found the link faster.
+    growth_halved: bool,
+    /// Rate estimate, payload bytes per second (0: unknown).
+    bw: u64,
+    bw_samples: VecDeque<u64>,
+    min_rtt: Option<Duration>,
+    /// (time, lowest RTT) per round, for the min filter.
+    rtt_samples: VecDeque<(Instant, Duration)>,
+    /// (acknowledgement time, RTT) of the latest samples.
+    recent: VecDeque<(Instant, Duration)>,
+    ack_rate: AckRate,
+    round: Round,
+    /// Startup: the rate when it last grew by a quarter, and rounds since.
+    full_bw: u64,
+    full_bw_rounds: u32,
+    /// Packets sent before this were part of the last reaction.
+    reacted_at: Option<Instant>,
+    /// RTT samples of packets sent before this are stale (sent before an outage ended).
+    fresh_from: Instant,
     last_ack: Instant,
     last_probe: Option<Instant>,
     in_flight: u64,
-    /// Growing from a small window (no configured rate, no congestion seen yet).
-    slow_start: bool,
+    smoothed: Duration,
     losses: LossCounts,
+}
+
+fn bytes_in(rate: u64, d: Duration) -> u64 {
+    (rate as u128 * d.as_nanos() / 1_000_000_000) as u64
 }
 
 impl Core {
     /// A fresh controller at `now`.
     pub fn new(hop: HopInfo, mtu: u64, now: Instant) -> Core {
-        let window = hop.bdp().map_or(10 * mtu, |b| b.max(4 * mtu));
-        Core {
+        let mut c = Core {
             hop,
             mtu,
-            window,
-            min_rtt: hop.rtt,
-            smoothed: hop.rtt,
-            latest: hop.rtt,
-            rate: DeliveryRate {
+            window: INITIAL_PACKETS * mtu,
+            phase: Phase::Startup,
+            phase_rounds: 0,
+            probe_extra: 0,
+            probe_base: 0,
+            drain_from: now,
+            drain_min: None,
+            drain_acked: 0,
+            drain_acked_all: 0,
+            undrained: 0,
+            growth_halved: false,
+            bw: 0,
+            bw_samples: VecDeque::new(),
+            min_rtt: None,
+            rtt_samples: VecDeque::new(),
+            recent: VecDeque::new(),
+            ack_rate: AckRate {
                 start: now,
                 bytes: 0,
                 recent: 0,
             },
-            recovery_start: None,
+            round: Round {
+                marker: now,
+                began: now,
+                acked: 0,
+                min_rtt: None,
+                app_limited: false,
+            },
+            full_bw: 0,
+            full_bw_rounds: 0,
+            reacted_at: None,
+            fresh_from: now,
             last_ack: now,
             last_probe: None,
             in_flight: 0,
-            slow_start: hop.rate.is_none(),
+            smoothed: hop.rtt,
             losses: LossCounts::default(),
+        };
+        // Told the rate and the RTT: start at that bandwidth-delay product, at the model.
+        if let Some(cap) = c.cap() {
+            c.bw = cap;
+            c.bw_samples.push_back(cap);
+            c.min_rtt = Some(hop.rtt);
+            c.phase = Phase::Cruise;
+            c.window = c.target();
         }
+        c
+    }
+
+    /// The configured rate in payload bytes per second: the rate counts whole frames.
+    fn cap(&self) -> Option<u64> {
+        self.hop
+            .rate
+            .map(|r| (r as u128 * self.mtu as u128 / (self.mtu + FRAME_OVERHEAD) as u128) as u64)
     }
 
     fn min_window(&self) -> u64 {
         4 * self.mtu
     }
 
-    /// The headroom above rate × minimum RTT, bytes.
-    fn headroom(&self) -> u64 {
-        match self.hop.rate {
-            Some(r) => ((r as u128 * HEADROOM.as_nanos() / 1_000_000_000) as u64).max(4 * self.mtu),
-            None => 0,
+    fn base(&self) -> Duration {
+        self.min_rtt.unwrap_or(self.hop.rtt)
+    }
+
+    /// The queue the window allows above rate × base RTT.
+    pub fn slack(&self) -> Duration {
+        SLACK_MIN.max(self.base() / SLACK_SHARE)
+    }
+
+    /// Queueing delay (RTT above the base) past which the queue is too long: the slack plus
+    /// a margin for jitter, delayed acknowledgements and small path changes.
+    pub fn budget(&self) -> Duration {
+        self.slack() + MARGIN_MIN.max(self.base() / MARGIN_SHARE)
+    }
+
+    /// The queue the latest RTT samples show (their minimum above the base RTT).
+    pub fn queue(&self) -> Duration {
+        match (self.recent.iter().map(|r| r.1).min(), self.min_rtt) {
+            (Some(r), Some(m)) => r.saturating_sub(m),
+            _ => Duration::ZERO,
         }
     }
 
-    /// The largest window: what the configured rate carries in one minimum RTT, plus
-    /// headroom, or unbounded. The rate is the link's, counted over whole frames, while the
-    /// window counts QUIC payload: each datagram also carries [`FRAME_OVERHEAD`] bytes.
-    pub fn cap(&self) -> u64 {
-        match self.hop.rate {
-            Some(r) => {
-                let wire = r as u128 * self.min_rtt.as_nanos() / 1_000_000_000;
-                (wire * self.mtu as u128 / (self.mtu + FRAME_OVERHEAD) as u128) as u64
-                    + self.headroom()
-            }
-            None => u64::MAX,
-        }
-    }
-
-    /// Queueing delay above which a loss counts as congestion: the headroom's own queue
-    /// plus a margin for delayed acknowledgements and jitter.
-    fn queue_threshold(&self) -> Duration {
-        let own = match self.hop.rate {
-            Some(r) => Duration::from_nanos(
-                (self.headroom() as u128 * 1_000_000_000 / r.max(1) as u128) as u64,
-            ),
-            None => Duration::ZERO,
+    /// The window the model and the phase call for.
+    fn target(&self) -> u64 {
+        let Some(min_rtt) = self.min_rtt else {
+            return self.window;
         };
-        own + (self.min_rtt / 8).max(Duration::from_millis(10))
+        if self.bw == 0 {
+            return self.window;
+        }
+        let bdp = bytes_in(self.bw, min_rtt);
+        let slack = bytes_in(self.bw, self.slack());
+        let w = match self.phase {
+            Phase::Startup | Phase::Compete => return self.window,
+            Phase::Drain => (bdp as f64 * DRAIN_GAIN) as u64,
+            Phase::Cruise => bdp + slack,
+            Phase::Probe => bdp + slack + self.probe_extra,
+        };
+        w.max(self.min_window())
     }
 
-    /// Hybla's ρ: RTT over the 25 ms reference, at least 1.
-    fn rho(&self) -> f64 {
-        (self.min_rtt.as_secs_f64() / RTT0.as_secs_f64()).max(1.0)
+    fn set_bw(&mut self, bw: u64) {
+        let bw = self.cap().map_or(bw, |c| bw.min(c));
+        self.bw = bw;
+        self.bw_samples.clear();
+        self.bw_samples.push_back(bw);
     }
 
-    /// An acknowledgement of `bytes` sent at `sent`. `min_rtt` and `smoothed` are the
-    /// connection's estimates.
+    fn enter(&mut self, phase: Phase, now: Instant) {
+        self.phase = phase;
+        self.phase_rounds = 0;
+        if phase == Phase::Drain {
+            self.drain_from = now;
+            self.drain_min = None;
+            self.drain_acked = 0;
+            self.drain_acked_all = 0;
+        }
+        self.window = self.target();
+    }
+
+    /// The queue is too long (or a loss came with one): the rate is what the bottleneck
+    /// serves now; drain what is queued.
+    fn react(&mut self, now: Instant) {
+        self.reacted_at = Some(now);
+        match self.phase {
+            Phase::Probe => {
+                // The probe found no room: back to the model, through a drain.
+                self.enter(Phase::Drain, now);
+                return;
+            }
+            Phase::Compete => {
+                // A loss with a queue: back off as the loss-based competitor does.
+                self.window = (self.window as f64 * 0.7) as u64;
+                self.window = self.window.max(self.min_window());
+                return;
+            }
+            Phase::Startup => {
+                // The pipe is full: the rate is the best delivery seen so far.
+                self.set_bw(self.bw.max(self.ack_rate.recent));
+            }
+            Phase::Cruise | Phase::Drain => {
+                // The link got slower: with a queue q the window delivers window / (base
+                // RTT + q) (FAST TCP's and Vegas's reading), and the acks show the rate too.
+                let m = self.base();
+                let by_rtt = (self.window as u128 * 1_000_000_000
+                    / (m + self.queue()).as_nanos().max(1)) as u64;
+                let measured = self.ack_rate.recent.max(1);
+                self.set_bw(self.bw.min(by_rtt).min(measured.max(by_rtt / 2)));
+            }
+        }
+        if self.bw == 0 {
+            // Nothing measured yet (a loss in the first round): halve.
+            self.window = (self.window / 2).max(self.min_window());
+            return;
+        }
+        self.enter(Phase::Drain, now);
+    }
+
+    fn reacted_this_round(&self) -> bool {
+        self.reacted_at.is_some_and(|r| r >= self.round.marker)
+    }
+
+    /// An acknowledgement of `bytes` sent at `sent`; `smoothed` is the connection's RTT.
     pub fn on_ack(
         &mut self,
         now: Instant,
         sent: Instant,
         bytes: u64,
         app_limited: bool,
-        min_rtt: Duration,
         smoothed: Duration,
     ) {
+        if now.saturating_duration_since(self.last_ack) > self.silence() {
+            // The hop was out: what was sent before now says nothing about the queue.
+            self.fresh_from = now;
+            self.recent.clear();
+            self.ack_rate.start = now;
+            self.ack_rate.bytes = 0;
+            self.round = Round {
+                marker: now,
+                began: now,
+                acked: 0,
+                min_rtt: None,
+                app_limited: false,
+            };
+        }
         self.last_ack = now;
         self.last_probe = None;
-        self.min_rtt = min_rtt;
         self.smoothed = smoothed;
-        self.latest = now.saturating_duration_since(sent);
         self.in_flight = self.in_flight.saturating_sub(bytes);
-        self.rate.on_ack(now, bytes, min_rtt, app_limited);
-        if app_limited {
+        let fresh = sent >= self.fresh_from;
+        if fresh {
+            let rtt = now.saturating_duration_since(sent);
+            let span = RECENT_MIN.max(self.base() / RECENT_SHARE);
+            while self
+                .recent
+                .front()
+                .is_some_and(|r| now.saturating_duration_since(r.0) > span)
+            {
+                self.recent.pop_front();
+            }
+            self.recent.push_back((now, rtt));
+            self.round.min_rtt = Some(self.round.min_rtt.map_or(rtt, |m| m.min(rtt)));
+            if self.min_rtt.is_none_or(|m| rtt < m) {
+                self.min_rtt = Some(rtt);
+            }
+            if self.phase == Phase::Drain {
+                self.drain_acked_all += bytes;
+            }
+            if self.phase == Phase::Drain && sent >= self.drain_from {
+                self.drain_min = Some(self.drain_min.map_or(rtt, |m| m.min(rtt)));
+                self.drain_acked += bytes;
+            }
+        }
+        self.ack_rate.on_ack(now, bytes, self.base());
+        self.round.acked += bytes;
+        self.round.app_limited |= app_limited;
+        if fresh && sent >= self.round.marker {
+            self.end_round(now);
+        }
+        let too_long = fresh && self.queue() > self.budget();
+        match self.phase {
+            Phase::Startup => {
+                if !app_limited {
+                    self.window += if self.growth_halved { bytes / 2 } else { bytes };
+                }
+                if too_long {
+                    self.react(now);
+                }
+            }
+            Phase::Compete => {
+                if !app_limited {
+                    // Hybla's growth: ρ² packets a round, ρ = base RTT / 25 ms.
+                    let rho = (self.base().as_secs_f64() / 0.025).max(1.0);
+                    let add = rho * rho * self.mtu as f64 * bytes as f64 / self.window as f64;
+                    self.window += add.max(1.0) as u64;
+                }
+            }
+            Phase::Cruise | Phase::Probe => {
+                if too_long && !self.reacted_this_round() {
+                    self.react(now);
+                }
+            }
+            Phase::Drain => {
+                // A round's worth of packets sent during the drain is back: the queue they
+                // met is the queue that is not ours.
+                if self.drain_acked >= self.window / 2 {
+                    self.end_drain(now);
+                }
+            }
+        }
+        if self.phase == Phase::Startup {
+            if let Some(cap) = self.cap() {
+                let most = bytes_in(cap, self.base() + self.slack());
+                if self.window >= most {
+                    self.set_bw(cap);
+                    self.enter(Phase::Cruise, now);
+                }
+            }
+        } else {
+            self.window = self.target();
+        }
+    }
+
+    fn end_drain(&mut self, now: Instant) {
+        let left = match (self.drain_min, self.min_rtt) {
+            (Some(d), Some(m)) => d > m + MARGIN_MIN.max(m / MARGIN_SHARE),
+            _ => false,
+        };
+        if !left {
+            self.undrained = 0;
+            self.enter(Phase::Cruise, now);
             return;
         }
-        let cap = self.cap();
-        if self.window < cap {
-            let rho = self.rho();
-            let add = if self.slow_start {
-                // Hybla's slow start, 2^ρ − 1 per acknowledged byte, held to ×9 per RTT.
-                (bytes as f64 * (rho.exp2() - 1.0).min(8.0)) as u64
-            } else {
-                // Hybla's avoidance: ρ² segments per RTT.
-                ((rho * rho * self.mtu as f64 * bytes as f64) / self.window as f64) as u64
-            };
-            self.window = (self.window + add.max(1)).min(cap);
+        self.undrained += 1;
+        if self.undrained >= 3 {
+            // Three drains and the queue stays: it is not ours.
+            self.window = bytes_in(self.bw, self.base() + self.queue()).max(self.min_window());
+            self.enter(Phase::Compete, now);
+            return;
+        }
+        // A queue is left: the rate estimate is still too high (the link slowed more than
+        // the first reading showed). What the drain delivered is at most what the
+        // bottleneck serves us; cut to that, and by 15 % at least, and drain again.
+        let span = now.saturating_duration_since(self.drain_from);
+        let delivered =
+            (self.drain_acked_all as u128 * 1_000_000_000 / span.as_nanos().max(1)) as u64;
+        let cut = self.bw - self.bw / 7;
+        self.set_bw(if delivered > 0 {
+            cut.min(delivered)
         } else {
-            // The minimum RTT can fall after the start (the configured RTT was high).
-            self.window = cap;
+            cut
+        });
+        self.enter(Phase::Drain, now);
+    }
+
+    fn end_round(&mut self, now: Instant) {
+        let span = now.saturating_duration_since(self.round.began);
+        let sample = if span.is_zero() {
+            0
+        } else {
+            (self.round.acked as u128 * 1_000_000_000 / span.as_nanos()) as u64
+        };
+        let sample = self.cap().map_or(sample, |c| sample.min(c));
+        if sample > 0 && (!self.round.app_limited || sample > self.bw) {
+            if self.bw_samples.len() == BW_ROUNDS {
+                self.bw_samples.pop_front();
+            }
+            self.bw_samples.push_back(sample);
+            self.bw = self.bw_samples.iter().copied().max().unwrap_or(0);
+        }
+        if let Some(r) = self.round.min_rtt {
+            self.rtt_samples.push_back((now, r));
+        }
+        // Forget old minima, keeping at least MIN_RTT_ROUNDS rounds and MIN_RTT_WINDOW.
+        let keep = MIN_RTT_WINDOW.max(self.base() * MIN_RTT_ROUNDS);
+        while self.rtt_samples.len() > 1
+            && now.saturating_duration_since(self.rtt_samples[0].0) > keep
+        {
+            self.rtt_samples.pop_front();
+        }
+        if let Some(m) = self.rtt_samples.iter().map(|s| s.1).min() {
+            self.min_rtt = Some(m);
+        }
+        self.round = Round {
+            marker: now,
+            began: now,
+            acked: 0,
+            min_rtt: None,
+            app_limited: false,
+        };
+        self.phase_rounds += 1;
+        match self.phase {
+            Phase::Startup => {
+                if self.bw >= self.full_bw + self.full_bw / 4 {
+                    self.full_bw = self.bw;
+                    self.full_bw_rounds = 0;
+                } else {
+                    self.full_bw_rounds += 1;
+                    if self.full_bw_rounds >= 3 {
+                        self.enter(Phase::Drain, now);
+                    }
+                }
+            }
+            Phase::Cruise if self.phase_rounds >= CRUISE_ROUNDS => {
+                if self.cap().is_some_and(|c| self.bw >= c - c / 50) {
+                    // At the configured rate already: nothing to look for.
+                    self.enter(Phase::Drain, now);
+                } else {
+                    self.probe_base = self.bw;
+                    self.probe_extra = (bytes_in(self.bw, self.slack()) / 2).max(2 * self.mtu);
+                    self.enter(Phase::Probe, now);
+                }
+            }
+            Phase::Probe if self.phase_rounds >= 2 => {
+                // The window went up a round ago; its acknowledgements are in.
+                let grew = self.bw > self.probe_base + bytes_in(self.probe_base, self.slack()) / 8;
+                if grew {
+                    // The link is faster: look for its rate as at the start, at ×1.5 a round.
+                    self.window = self.target();
+                    self.growth_halved = true;
+                    self.full_bw = self.bw;
+                    self.full_bw_rounds = 0;
+                    self.enter(Phase::Startup, now);
+                } else {
+                    self.enter(Phase::Drain, now);
+                }
+            }
+            Phase::Compete if self.phase_rounds >= CRUISE_ROUNDS => {
+                // Has the competitor left? A drain at our share tells.
+                let share = (self.window as u128 * 1_000_000_000
+                    / (self.base() + self.queue()).as_nanos().max(1))
+                    as u64;
+                self.set_bw(share);
+                self.undrained = 2;
+                self.enter(Phase::Drain, now);
+            }
+            _ => {}
         }
     }
 
@@ -251,27 +642,17 @@ impl Core {
     /// Packets sent at `sent` were declared lost at `now`.
     pub fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, lost: u64) {
         self.in_flight = self.in_flight.saturating_sub(lost);
-        if self.recovery_start.is_some_and(|r| sent <= r) {
+        if self.reacted_at.is_some_and(|r| sent <= r) {
             return;
         }
-        let queue = self.latest.min(self.smoothed).saturating_sub(self.min_rtt);
-        if queue <= self.queue_threshold() {
+        if self.queue() <= self.budget() {
             // The channel's noise, or an outage: repaired without slowing down.
             self.losses.random += 1;
             return;
         }
         self.losses.congestion += 1;
-        self.recovery_start = Some(now);
-        self.slow_start = false;
-        let measured = (self.rate.recent as u128 * self.min_rtt.as_nanos() / 1_000_000_000) as u64;
-        self.window = if persistent {
-            self.min_window()
-        } else if measured > 0 {
-            measured.min(self.window)
-        } else {
-            self.window / 2
-        }
-        .max(self.min_window());
+        let _ = persistent;
+        self.react(now);
     }
 
     /// The window at `now`; while the hop is silent, room for one probe per interval.
@@ -290,6 +671,21 @@ impl Core {
     /// The window as last computed (no probe allowance).
     pub fn window(&self) -> u64 {
         self.window
+    }
+
+    /// Where the controller is in its cycle.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The rate estimate, payload bytes per second.
+    pub fn bw(&self) -> u64 {
+        self.bw
+    }
+
+    /// The base RTT estimate.
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt
     }
 
     /// Loss events by kind.
@@ -311,8 +707,7 @@ impl Controller for Satellite {
         app_limited: bool,
         rtt: &RttEstimator,
     ) {
-        self.core
-            .on_ack(now, sent, bytes, app_limited, rtt.min(), rtt.get());
+        self.core.on_ack(now, sent, bytes, app_limited, rtt.get());
     }
 
     fn on_end_acks(
@@ -349,7 +744,7 @@ impl Controller for Satellite {
     }
 
     fn initial_window(&self) -> u64 {
-        self.core.hop.bdp().unwrap_or(10 * self.core.mtu)
+        self.core.window
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -362,113 +757,265 @@ mod tests {
     use super::*;
 
     const MTU: u64 = 1200;
-    const RTT: Duration = Duration::from_millis(600);
 
     fn hop(rate: Option<u64>) -> HopInfo {
-        HopInfo { rate, rtt: RTT }
+        HopInfo {
+            rate,
+            rtt: Duration::from_millis(600),
+        }
     }
 
-    /// Acks one window's worth in MTU packets over one RTT at `rtt`; returns the new time.
-    fn ack_round(c: &mut Core, t: Instant, rtt: Duration) -> Instant {
-        let n = (c.window() / MTU).max(1);
-        let step = rtt / n as u32;
-        let mut now = t;
-        for _ in 0..n {
-            now += step;
-            c.on_sent(now, MTU);
-            c.on_ack(now + rtt, now, MTU, false, RTT, rtt);
-        }
-        now + rtt
+    /// The link at a moment: `rate` payload bytes/s, propagation RTT `base`, a FIFO queue of
+    /// `queue_limit` bytes, every `loss_every`-th packet lost to noise (0: none), and
+    /// `cross` bytes/s of other traffic through the same queue.
+    #[derive(Clone, Copy)]
+    struct Link {
+        rate: f64,
+        base: Duration,
+        queue_limit: u64,
+        loss_every: u64,
+        cross: f64,
     }
 
-    #[test]
-    fn starts_at_one_bdp_and_holds_it_with_headroom() {
-        let t = Instant::now();
-        let mut c = Core::new(hop(Some(12_500_000)), MTU, t);
-        assert_eq!(c.window(), 7_500_000);
-        let mut now = t;
-        for _ in 0..5 {
-            now = ack_round(&mut c, now, RTT);
-        }
-        // 100 Mbit/s × 600 ms in 1200-byte payloads of 1242-byte frames, + 20 ms headroom.
-        assert_eq!(c.window(), 7_500_000 * 1200 / 1242 + 250_000);
-    }
+    /// What one packet met: (send time s, ack time s, queueing delay ms; None if lost).
+    type Packet = (f64, f64, Option<f64>);
 
-    #[test]
-    fn random_loss_keeps_the_window_and_congestion_cuts_to_the_delivery_rate() {
-        let t = Instant::now();
-        let mut c = Core::new(hop(Some(12_500_000)), MTU, t);
-        let mut now = t;
-        for _ in 0..4 {
-            now = ack_round(&mut c, now, RTT);
-        }
-        let w = c.window();
-        // A loss with the RTT at its minimum: noise.
-        c.on_loss(now, now - RTT, false, MTU);
-        assert_eq!(c.window(), w);
-        assert_eq!(
-            c.losses(),
-            LossCounts {
-                congestion: 0,
-                random: 1
+    /// A sender driven by `c` over `link(t)` for `secs` seconds, paced as quinn paces
+    /// (1.25 windows per smoothed RTT), in 100 µs steps.
+    fn simulate(c: &mut Core, link: &dyn Fn(f64) -> Link, secs: f64) -> Vec<Packet> {
+        let t0 = Instant::now();
+        let step = Duration::from_micros(100);
+        let trace = std::env::var("SAT_TRACE").is_ok();
+        let (mut now, end) = (t0, t0 + Duration::from_secs_f64(secs));
+        let mut srtt = link(0.0).base;
+        let mut next_send = t0;
+        let mut next_print = t0;
+        let mut queue = 0f64;
+        // (ack time, send time, bytes, lost, queueing delay ms)
+        let mut acks: VecDeque<(Instant, Instant, u64, bool, f64)> = VecDeque::new();
+        let mut n = 0u64;
+        let mut out = Vec::new();
+        *c = Core {
+            last_ack: t0,
+            fresh_from: t0,
+            drain_from: t0,
+            ..c.clone()
+        };
+        c.round.marker = t0;
+        c.round.began = t0;
+        c.ack_rate.start = t0;
+        while now < end {
+            let t = (now - t0).as_secs_f64();
+            let l = link(t);
+            if trace && now >= next_print {
+                next_print += Duration::from_millis(250);
+                eprintln!(
+                    "t={t:.2} {:?} w={} bw={} min={:?} q={:?} queue={:.0}",
+                    c.phase,
+                    c.window,
+                    c.bw,
+                    c.min_rtt,
+                    c.queue(),
+                    queue
+                );
             }
-        );
-        // The RTT grows by 200 ms (a queue), acks come at half the rate: congestion.
-        let mut now2 = now;
-        for i in 0..4000u32 {
-            now2 = now + Duration::from_micros(192) * i;
-            c.on_ack(
-                now2,
-                now2 - RTT - Duration::from_millis(200),
-                MTU,
-                false,
-                RTT,
-                RTT + Duration::from_millis(200),
-            );
+            queue =
+                (queue + (l.cross - l.rate) * step.as_secs_f64()).clamp(0.0, l.queue_limit as f64);
+            while let Some(&(at, sent, bytes, lost, q)) = acks.front() {
+                if at > now {
+                    break;
+                }
+                acks.pop_front();
+                let st = (sent - t0).as_secs_f64();
+                if lost {
+                    c.on_loss(now, sent, false, bytes);
+                    out.push((st, t, None));
+                } else {
+                    srtt = (srtt * 7 + (now - sent)) / 8;
+                    c.on_ack(now, sent, bytes, false, srtt);
+                    out.push((st, t, Some(q)));
+                }
+            }
+            c.on_end_acks(c.in_flight);
+            while c.in_flight + MTU <= c.window_at(now) && next_send <= now {
+                let gap = MTU as f64 * srtt.as_secs_f64() / (1.25 * c.window_at(now) as f64);
+                next_send = next_send.max(now - step) + Duration::from_secs_f64(gap);
+                c.on_sent(now, MTU);
+                n += 1;
+                let dropped = queue + MTU as f64 > l.queue_limit as f64;
+                let noise = l.loss_every > 0 && n % l.loss_every == 0;
+                if !dropped {
+                    queue += MTU as f64;
+                }
+                let q = queue / l.rate;
+                let at = now + l.base + Duration::from_secs_f64(q);
+                let at = acks.back().map_or(at, |b| at.max(b.0));
+                acks.push_back((at, now, MTU, dropped || noise, q * 1e3));
+            }
+            now += step;
         }
-        c.on_loss(now2, now2 - RTT, false, MTU);
-        assert_eq!(c.losses().congestion, 1);
-        let expect = 6_250_000u64 * 6 / 10; // 6.25 MB/s × 0.6 s
-        let got = c.window();
-        assert!(
-            got > expect * 9 / 10 && got < expect * 11 / 10 + 250_000,
-            "{got} vs {expect}"
-        );
-        // Further losses of packets sent before the reaction are the same episode.
-        c.on_loss(now2, now2 - RTT, false, MTU);
-        assert_eq!(c.losses().congestion, 1);
+        out
+    }
+
+    /// Payload bytes acknowledged between `a` and `b` s.
+    fn delivered(p: &[Packet], a: f64, b: f64) -> f64 {
+        p.iter()
+            .filter(|x| x.2.is_some() && x.1 >= a && x.1 < b)
+            .count() as f64
+            * MTU as f64
+    }
+
+    /// 95th percentile of the queueing delay of packets sent between `a` and `b` s, ms.
+    fn queue_p95(p: &[Packet], a: f64, b: f64) -> f64 {
+        let mut v: Vec<f64> = p
+            .iter()
+            .filter(|x| x.0 >= a && x.0 < b)
+            .filter_map(|x| x.2)
+            .collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[(v.len() * 95 / 100).min(v.len() - 1)]
+    }
+
+    const GEO: f64 = 50e6 / 8.0;
+
+    fn geo(_t: f64) -> Link {
+        Link {
+            rate: GEO,
+            base: Duration::from_millis(560),
+            queue_limit: 3_500_000,
+            loss_every: 0,
+            cross: 0.0,
+        }
     }
 
     #[test]
-    fn an_outage_keeps_the_window_and_lets_one_probe_a_second_through() {
-        let t = Instant::now();
-        let mut c = Core::new(hop(Some(12_500_000)), MTU, t);
-        let now = ack_round(&mut c, t, RTT);
-        let w = c.window();
+    fn finds_an_unconfigured_geo_link_and_keeps_its_queue_short() {
+        let mut c = Core::new(hop(None), MTU, Instant::now());
+        assert_eq!(c.window(), INITIAL_PACKETS * MTU);
+        assert_eq!(c.phase(), Phase::Startup);
+        let p = simulate(&mut c, &geo, 40.0);
+        assert_ne!(c.phase(), Phase::Startup);
+        let bw = c.bw() as f64;
+        assert!((bw / GEO - 1.0).abs() < 0.05, "rate estimate {bw} vs {GEO}");
+        let m = c.min_rtt().unwrap();
+        assert!(
+            m >= Duration::from_millis(560) && m < Duration::from_millis(570),
+            "{m:?}"
+        );
+        // After the start: the link is full and the queue stays within max(50 ms, 10 %).
+        let util = delivered(&p, 10.0, 40.0) / (GEO * 30.0);
+        assert!(util > 0.95, "utilization {util}");
+        let q = queue_p95(&p, 10.0, 39.0);
+        assert!(q < 56.0, "queue p95 {q} ms");
+    }
+
+    #[test]
+    fn random_loss_does_not_slow_it_down() {
+        let mut c = Core::new(hop(None), MTU, Instant::now());
+        // One packet in 30 lost.
+        let lossy = |_t: f64| Link {
+            loss_every: 30,
+            ..geo(0.0)
+        };
+        let p = simulate(&mut c, &lossy, 40.0);
+        let util = delivered(&p, 10.0, 40.0) / (GEO * 30.0 * (29.0 / 30.0));
+        assert!(util > 0.93, "utilization {util}");
+        assert!(c.losses().random > 100);
+        assert_eq!(c.losses().congestion, 0);
+    }
+
+    #[test]
+    fn follows_a_rate_drop_within_two_seconds_and_finds_the_rate_again() {
+        let mut c = Core::new(hop(None), MTU, Instant::now());
+        // The rate halves from 20 s to 30 s (a fade).
+        let fade = |t: f64| Link {
+            rate: if (20.0..30.0).contains(&t) {
+                GEO / 2.0
+            } else {
+                GEO
+            },
+            ..geo(0.0)
+        };
+        let p = simulate(&mut c, &fade, 45.0);
+        // Two seconds after the drop the queue is short again.
+        let q = queue_p95(&p, 22.0, 30.0);
+        assert!(q < 56.0, "queue p95 from 2 s after the drop {q} ms");
+        let util = delivered(&p, 22.0, 30.5) / (GEO / 2.0 * 8.5);
+        assert!(util > 0.9, "utilization in the fade {util}");
+        // Back at the full rate within a few seconds of the fade's end.
+        let util = delivered(&p, 35.0, 45.0) / (GEO * 10.0);
+        assert!(util > 0.93, "utilization after the fade {util}");
+    }
+
+    #[test]
+    fn yields_to_cross_traffic_without_a_long_queue() {
+        let mut c = Core::new(hop(None), MTU, Instant::now());
+        // 20 of 50 Mbit/s taken by constant-rate traffic from 15 s on.
+        let shared = |t: f64| Link {
+            cross: if t >= 15.0 { 20e6 / 8.0 } else { 0.0 },
+            ..geo(0.0)
+        };
+        let p = simulate(&mut c, &shared, 35.0);
+        let q = queue_p95(&p, 18.0, 34.0);
+        assert!(q < 56.0, "queue p95 with cross traffic {q} ms");
+        let util = delivered(&p, 20.0, 35.0) / (30e6 / 8.0 * 15.0);
+        assert!(util > 0.9, "share of what is left {util}");
+    }
+
+    #[test]
+    fn a_longer_path_after_a_handover_becomes_the_base_rtt() {
+        let mut c = Core::new(hop(None), MTU, Instant::now());
+        let rate = 100e6 / 8.0;
+        let leo = |t: f64| Link {
+            rate,
+            base: Duration::from_millis(if t < 5.0 { 30 } else { 60 }),
+            queue_limit: 1_000_000,
+            loss_every: 0,
+            cross: 0.0,
+        };
+        let p = simulate(&mut c, &leo, 15.0);
+        let m = c.min_rtt().unwrap();
+        assert!(m >= Duration::from_millis(60), "base RTT {m:?}");
+        let util = delivered(&p, 7.0, 15.0) / (rate * 8.0);
+        assert!(util > 0.93, "utilization {util}");
+    }
+
+    #[test]
+    fn a_configured_rate_starts_at_one_bdp_and_caps_the_estimate() {
+        let mut c = Core::new(hop(Some(12_500_000)), MTU, Instant::now());
+        assert_eq!(c.phase(), Phase::Cruise);
+        let cap = 12_500_000 * 1200 / 1242;
+        // rate × (600 ms + 24 ms slack), in payload bytes.
+        assert_eq!(c.window(), bytes_in(cap, Duration::from_millis(624)));
+        let fast = |_t: f64| Link {
+            rate: 25e6,
+            ..geo(0.0)
+        };
+        simulate(&mut c, &fast, 10.0);
+        assert!(c.bw() <= cap);
+    }
+
+    #[test]
+    fn an_outage_keeps_the_model_and_lets_one_probe_a_second_through() {
+        let mut c = Core::new(hop(None), MTU, Instant::now());
+        simulate(&mut c, &geo, 10.0);
+        let (w, bw) = (c.window(), c.bw());
+        let now = Instant::now();
+        c.last_ack = now;
         c.on_end_acks(w);
-        // Full window, link silent for 0.5 s: no probe.
         assert_eq!(c.window_at(now + Duration::from_millis(500)), w);
-        // Silent for 1.5 s: room for one probe.
         let out = now + Duration::from_millis(1500);
         assert!(c.window_at(out) > c.in_flight);
         c.on_sent(out, MTU);
         assert_eq!(c.window_at(out + Duration::from_millis(10)), w);
         assert!(c.window_at(out + Duration::from_millis(1000)) > c.in_flight);
-        // Persistent congestion with no queue (the outage) keeps the window.
+        // Persistent congestion with no queue (the outage) keeps the model.
         c.on_loss(out + Duration::from_secs(5), now, true, w);
-        assert_eq!(c.window(), w);
-    }
-
-    #[test]
-    fn without_a_rate_it_grows_fast_from_ten_packets() {
-        let t = Instant::now();
-        let mut c = Core::new(hop(None), MTU, t);
-        assert_eq!(c.window(), 10 * MTU);
-        let mut now = t;
-        for _ in 0..4 {
-            now = ack_round(&mut c, now, RTT);
-        }
-        // ×9 per RTT for four RTTs.
-        assert_eq!(c.window(), 10 * MTU * 9 * 9 * 9 * 9);
+        assert_eq!((c.window(), c.bw()), (w, bw));
+        // The first ack after the outage, of a packet sent long before: not a queue.
+        let back = out + Duration::from_secs(30);
+        c.on_ack(back, now, MTU, false, Duration::from_millis(600));
+        assert_eq!(c.bw(), bw);
+        assert_ne!(c.phase(), Phase::Drain);
     }
 }
