@@ -1081,3 +1081,24 @@ fn a_syn_flood_leaves_memory_bounded_and_real_clients_served() {
         );
     }
 }
+
+#[test]
+fn adaptive_picks_bbr_on_a_short_lossy_path() {
+    // A LEO-like path: 50 Mbit/s, RTT 30 ms, BER 1e-6 (about one frame in 80 lost).
+    let lab = lab_with(
+        "pads",
+        "[both]\nrate='50Mbit'\ndelay='15ms'\nber=1e-6\n",
+        Some(Pep {
+            cc: Some("adaptive".into()),
+            ..Default::default()
+        }),
+    );
+    let (ccs, classes) = adaptive_run(&lab, 9022, 8);
+    let first = classes.first().cloned().unwrap_or_default();
+    assert!(
+        !first.starts_with("long_"),
+        "a 30 ms path is not long: {classes:?}"
+    );
+    // Westwood+ was the thesis's pick here; it fell far behind end-to-end BBR.
+    assert_eq!(ccs.last().map(String::as_str), Some("bbr"), "{ccs:?}");
+}

@@ -40,6 +40,10 @@ pub struct BesideRecord {
     /// Request/responses: seconds each, the first (which also connects) left out.
     #[serde(default)]
     pub responses: Vec<f64>,
+    /// The emulator's uptime when the transfer started, s: the clock of the link's rate and
+    /// delay traces (a probe sample at t happened at trace time uptime + t).
+    #[serde(default)]
+    pub link_uptime_s: Option<f64>,
 }
 
 impl BesideRecord {
@@ -187,7 +191,7 @@ impl Beside {
                     "-w",
                     "%{time_total} %{size_download} %{http_code}\n",
                 ]);
-                for _ in 0..run_s.max(2) {
+                for _ in 0..run_s.saturating_sub(2).max(2) {
                     c.args(["-o", "/dev/null", &url]);
                 }
                 let child = c
@@ -214,9 +218,14 @@ impl Beside {
         warmup_s: f64,
         errors: &mut Vec<String>,
     ) -> BesideRecord {
-        let mut r = BesideRecord::default();
+        let mut r = BesideRecord {
+            link_uptime_s: self.uptime0,
+            ..Default::default()
+        };
         errors.extend(self.errors);
-        let kill_after = std::time::Instant::now() + std::time::Duration::from_secs(40);
+        // Everything was sized to end with the transfer; the requests still running then are
+        // cut (those answered are kept).
+        let kill_after = std::time::Instant::now() + std::time::Duration::from_secs(15);
         let wait = |mut c: Child| -> Option<std::process::Output> {
             while std::time::Instant::now() < kill_after {
                 if let Ok(Some(_)) = c.try_wait() {

@@ -515,6 +515,25 @@ fn bulk(
         }
         _ => limit_bps,
     };
+    // Cross traffic takes its share of the link first: 1200-byte datagrams in 1242-byte
+    // frames.
+    let limit_bps = match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
+        Some(Ok(cross)) => {
+            let link = spec
+                .link_spec()
+                .and_then(|l| l.resolve())
+                .map(|c| {
+                    if download {
+                        c.forward.rate.max_bps()
+                    } else {
+                        c.ret.rate.max_bps()
+                    }
+                })
+                .unwrap_or(f64::INFINITY);
+            limit_bps * (1.0 - cross * 1242.0 / 1200.0 / link).max(0.0)
+        }
+        _ => limit_bps,
+    };
     rec.limit_bps = Some(limit_bps);
     if rec.failures == 0 {
         rec.samples.push(goodput);
