@@ -418,6 +418,64 @@ fn metric_plot(
     p
 }
 
+/// The scenario's targets checked per cell of satpep's configurations, if it sets any and
+/// the part has them.
+fn targets_table(sc: &Scenario, part: &Part, res: &[&CellResult]) -> Option<(String, Table)> {
+    let t = sc.targets.as_ref()?;
+    let mine: Vec<&CellResult> = res
+        .iter()
+        .copied()
+        .filter(|r| t.satpep.contains(&r.config))
+        .collect();
+    if mine.is_empty() {
+        return None;
+    }
+    let mark = |ok: bool| if ok { "✓" } else { "✗" };
+    let table = grid(part, &mine, &|r| {
+        let mut parts = Vec::new();
+        if r.utilization.n > 0 {
+            let g = r.utilization.mean;
+            parts.push(format!("{} {:.1} %", mark(g >= t.goodput), g * 100.0));
+            let best = res
+                .iter()
+                .filter(|o| t.end_to_end.contains(&o.config) && o.point == r.point)
+                .filter(|o| o.utilization.n > 0)
+                .map(|o| o.utilization.mean)
+                .fold(f64::NAN, f64::max);
+            if best.is_finite() {
+                parts.push(format!("{} ≥ e2e {:.1} %", mark(g >= best), best * 100.0));
+            }
+        }
+        if r.queue_p95.n > 0 {
+            let base_ms = sc.cells[r.cell]
+                .spec
+                .link_spec()
+                .and_then(|l| l.resolve())
+                .map(|c| (c.forward.delay.max_ns() + c.ret.delay.max_ns()) as f64 / 1e6)
+                .unwrap_or(0.0);
+            let bound = t.queue_ms.max(t.queue_share * base_ms);
+            let q = r.queue_p95.mean;
+            parts.push(format!(
+                "{} q95 {:.0} ≤ {:.0} ms",
+                mark(q <= bound),
+                q,
+                bound
+            ));
+        }
+        parts.join(" · ")
+    });
+    Some((
+        format!(
+            "targets: goodput ≥ {:.0} % of the limit and ≥ the best end-to-end ({}); queueing delay p95 ≤ max({:.0} ms, {:.0} % of the base RTT)",
+            t.goodput * 100.0,
+            t.end_to_end.join(", "),
+            t.queue_ms,
+            t.queue_share * 100.0
+        ),
+        table,
+    ))
+}
+
 /// Tables of one part, each with a heading.
 fn part_tables(
     part: &Part,
@@ -652,7 +710,11 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
             let _ = writeln!(md, "## {}\n", part.title);
             let _ = writeln!(html, "<h2>{}</h2>", esc(&part.title));
         }
-        for (title, t) in part_tables(part, metric, &pres, uname, div) {
+        let mut tables = part_tables(part, metric, &pres, uname, div);
+        if let Some(t) = targets_table(sc, part, &pres) {
+            tables.insert(0, t);
+        }
+        for (title, t) in tables {
             let _ = writeln!(md, "{h} {title}\n\n{}", t.markdown());
             let _ = writeln!(html, "<h3>{}</h3>\n{}", esc(&title), t.html());
         }

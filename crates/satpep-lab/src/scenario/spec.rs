@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 /// Keys of the document that are not part of a cell.
-const META_KEYS: [&str; 9] = [
+const META_KEYS: [&str; 10] = [
     "name",
+    "targets",
     "title",
     "reproduces",
     "notes",
@@ -41,9 +42,42 @@ pub struct Scenario {
     pub parts: Vec<Part>,
     /// Every cell of every part, in run order.
     pub cells: Vec<Cell>,
+    /// Targets the report checks, if the scenario sets them.
+    pub targets: Option<Targets>,
     /// Laid over every cell last.
     #[serde(skip)]
     overrides: Table,
+}
+
+/// The real-links targets a report checks per cell of satpep's configurations: goodput
+/// ≥ `goodput` of the physical limit and ≥ the best of the `end_to_end` configurations at the
+/// same point; the probe's queueing delay p95 ≤ max(`queue_ms`, `queue_share` × base RTT).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Targets {
+    /// satpep's configurations (the ones checked).
+    pub satpep: Vec<String>,
+    /// The end-to-end configurations to beat.
+    pub end_to_end: Vec<String>,
+    /// Least share of the physical limit.
+    #[serde(default = "goodput_target")]
+    pub goodput: f64,
+    /// Queueing delay bound, ms …
+    #[serde(default = "queue_target")]
+    pub queue_ms: f64,
+    /// … or this share of the base RTT, whichever is larger.
+    #[serde(default = "queue_share_target")]
+    pub queue_share: f64,
+}
+
+fn goodput_target() -> f64 {
+    0.95
+}
+fn queue_target() -> f64 {
+    50.0
+}
+fn queue_share_target() -> f64 {
+    0.1
 }
 
 /// One experiment of a scenario: configurations × a sweep, reported as one table and plot.
@@ -768,7 +802,14 @@ impl Scenario {
         let reproduces = take_str(&mut doc, "reproduces")?;
         let notes = take_str(&mut doc, "notes")?;
         let part_tables: Vec<Table> = take_array(&mut doc, "part")?;
+        let targets = match doc.remove("targets") {
+            None => None,
+            Some(v) => {
+                Some(Targets::deserialize(v).map_err(|e| format!("targets: {}", e.message()))?)
+            }
+        };
         let mut sc = Scenario {
+            targets,
             overrides: overrides.clone(),
             name: name.clone(),
             title: title.clone(),

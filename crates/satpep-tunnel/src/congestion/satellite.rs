@@ -57,9 +57,11 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(2);
 /// ...and least rounds: it must outlast a cruise-probe-drain cycle, which samples it.
 const MIN_RTT_ROUNDS: u32 = 16;
 /// Rounds between probes for more rate.
-const CRUISE_ROUNDS: u32 = 8;
+const CRUISE_ROUNDS: u32 = 4;
 /// Window in a drain round, as a share of rate × base RTT.
 const DRAIN_GAIN: f64 = 0.94;
+/// Least time in the competitive mode before a drain checks whether the competitor left.
+const COMPETE_AT_LEAST: Duration = Duration::from_secs(20);
 /// Window before anything is known, packets (one connection carries every flow).
 const INITIAL_PACKETS: u64 = 32;
 /// The current queue is read from the RTT samples of the last base RTT / this (at least
@@ -181,6 +183,10 @@ struct Round {
     app_limited: bool,
     /// The window when the round began.
     window: u64,
+    /// Sum and count of the round's RTT samples (its mean tells a standing queue; its
+    /// minimum only that the queue emptied once).
+    rtt_sum: Duration,
+    rtt_n: u32,
 }
 
 /// The controller's state and logic, independent of quinn's types.
@@ -196,8 +202,14 @@ pub struct Core {
     probe_extra: u64,
     /// Probe: the rate estimate when the probe began.
     probe_base: u64,
+    /// Probe: rounds in a row that found room.
+    probe_wins: u32,
+    /// Rounds in a row whose full window met no queue.
+    idle_rounds: u32,
     /// Drain: packets sent from here on were sent below the model.
     drain_from: Instant,
+    /// When the last drain ended.
+    last_drain: Instant,
     /// Drain: lowest RTT of packets sent during the drain.
     drain_min: Option<Duration>,
     /// Drain: payload bytes acknowledged of packets sent during the drain.
@@ -206,11 +218,18 @@ pub struct Core {
     drain_acked_all: u64,
     /// Drains in a row that left a queue behind.
     undrained: u32,
-    /// Startup's growth per acknowledged byte: 1 (×2 a round) at the start, 1/2 (×1.5) when
-    /// a probe found the link faster.
-    growth_halved: bool,
+    /// A loss with a queue behind it (the buffer overflowed) since the drains began.
+    overflowed_since_drain: bool,
+    /// Startup grows the window by each acknowledged byte (×2 a round) at the start, by a
+    /// quarter of it (×1.25) when the link turned out faster later: on a 600 ms hop the
+    /// queue shows a round late, and ×2 would then have put a whole BDP in the queue.
+    regrowth: bool,
     /// Rate estimate, payload bytes per second (0: unknown).
     bw: u64,
+    /// The highest rate estimate so far.
+    bw_peak: u64,
+    /// When the competitive mode began.
+    compete_since: Instant,
     bw_samples: VecDeque<u64>,
     min_rtt: Option<Duration>,
     /// (time, lowest RTT) per round, for the min filter.
@@ -248,13 +267,19 @@ impl Core {
             phase_rounds: 0,
             probe_extra: 0,
             probe_base: 0,
+            probe_wins: 0,
+            idle_rounds: 0,
             drain_from: now,
+            last_drain: now,
             drain_min: None,
             drain_acked: 0,
             drain_acked_all: 0,
             undrained: 0,
-            growth_halved: false,
+            overflowed_since_drain: false,
+            regrowth: false,
             bw: 0,
+            bw_peak: 0,
+            compete_since: now,
             bw_samples: VecDeque::new(),
             min_rtt: None,
             rtt_samples: VecDeque::new(),
@@ -271,6 +296,8 @@ impl Core {
                 min_rtt: None,
                 app_limited: false,
                 window: 0,
+                rtt_sum: Duration::ZERO,
+                rtt_n: 0,
             },
             full_bw: 0,
             full_bw_rounds: 0,
@@ -366,6 +393,7 @@ impl Core {
         let ramp = matches!(phase, Phase::Cruise | Phase::Probe);
         self.phase = phase;
         self.phase_rounds = 0;
+        self.idle_rounds = 0;
         if phase == Phase::Drain {
             self.drain_from = now;
             self.drain_min = None;
@@ -383,11 +411,6 @@ impl Core {
     fn react(&mut self, now: Instant) {
         self.reacted_at = Some(now);
         match self.phase {
-            Phase::Probe => {
-                // The probe found no room: back to the model, through a drain.
-                self.enter(Phase::Drain, now);
-                return;
-            }
             Phase::Compete => {
                 // A loss with a queue: back off as the loss-based competitor does.
                 self.window = (self.window as f64 * 0.7) as u64;
@@ -398,7 +421,9 @@ impl Core {
                 // The pipe is full: the rate is the best delivery seen so far.
                 self.set_bw(self.bw.max(self.ack_rate.recent));
             }
-            Phase::Cruise | Phase::Drain => {
+            // A probe's extra queue (half a slack) stays under the budget: a queue above it
+            // in a probe means the link got slower too.
+            Phase::Cruise | Phase::Drain | Phase::Probe => {
                 // The link got slower: with a queue q the window delivers window / (base
                 // RTT + q) (FAST TCP's and Vegas's reading), and the acks show the rate too.
                 let m = self.base();
@@ -442,6 +467,8 @@ impl Core {
                 min_rtt: None,
                 app_limited: false,
                 window: self.window,
+                rtt_sum: Duration::ZERO,
+                rtt_n: 0,
             };
         }
         self.last_ack = now;
@@ -461,6 +488,8 @@ impl Core {
             }
             self.recent.push_back((now, rtt));
             self.round.min_rtt = Some(self.round.min_rtt.map_or(rtt, |m| m.min(rtt)));
+            self.round.rtt_sum += rtt;
+            self.round.rtt_n += 1;
             if self.min_rtt.is_none_or(|m| rtt < m) {
                 self.min_rtt = Some(rtt);
             }
@@ -484,7 +513,7 @@ impl Core {
         match self.phase {
             Phase::Startup => {
                 if !app_limited {
-                    self.window += if self.growth_halved { bytes / 2 } else { bytes };
+                    self.window += if self.regrowth { bytes / 4 } else { bytes };
                 }
                 if too_long {
                     self.react(now);
@@ -533,35 +562,52 @@ impl Core {
         }
     }
 
+    /// A probe found no more rate: back to the model, through a drain when the base RTT
+    /// was last sampled half its filter's span ago (the drain samples it; a probe's queue
+    /// also empties without one, as the window falls back by the probe's extra).
+    fn end_probe(&mut self, now: Instant) {
+        let due = now.saturating_duration_since(self.last_drain) > self.min_rtt_span() / 2;
+        self.enter(if due { Phase::Drain } else { Phase::Cruise }, now);
+    }
+
+    /// How long the base RTT filter remembers.
+    fn min_rtt_span(&self) -> Duration {
+        MIN_RTT_WINDOW.max(self.base() * MIN_RTT_ROUNDS)
+    }
+
     fn end_drain(&mut self, now: Instant) {
+        self.last_drain = now;
         let left = match (self.drain_min, self.min_rtt) {
             (Some(d), Some(m)) => d > m + MARGIN_MIN.max(m / MARGIN_SHARE),
             _ => false,
         };
         if !left {
             self.undrained = 0;
+            self.overflowed_since_drain = false;
             self.enter(Phase::Cruise, now);
             return;
         }
         self.undrained += 1;
-        if self.undrained >= 3 {
-            // Three drains and the queue stays: it is not ours.
+        // More bytes queued (at the fastest rate this hop ever delivered) than this sender
+        // has in flight at all: the queue is someone else's.
+        let foreign = bytes_in(self.bw_peak, self.queue()) > 2 * self.window;
+        if self.undrained >= 3 && (self.overflowed_since_drain || foreign) {
+            // Three drains and the queue stays, overflowing or not ours: another sender
+            // fills the buffer. (A link that keeps slowing, a fade deepening step by step,
+            // also leaves a queue after each drain, but no overflow: the drains keep it
+            // below the buffer, and the queue is ours.)
             self.window = bytes_in(self.bw, self.base() + self.queue()).max(self.min_window());
+            self.compete_since = now;
             self.enter(Phase::Compete, now);
             return;
         }
         // A queue is left: the rate estimate is still too high (the link slowed more than
-        // the first reading showed). What the drain delivered is at most what the
-        // bottleneck serves us; cut to that, and by 15 % at least, and drain again.
-        let span = now.saturating_duration_since(self.drain_from);
-        let delivered =
-            (self.drain_acked_all as u128 * 1_000_000_000 / span.as_nanos().max(1)) as u64;
-        let cut = self.bw - self.bw / 7;
-        self.set_bw(if delivered > 0 {
-            cut.min(delivered)
-        } else {
-            cut
-        });
+        // the first reading showed). Cut by what the queue says (window / (base RTT +
+        // queue)), by 15 % at least and by half at most, and drain again. (What the drain
+        // itself delivered is no measure: the sender paused in it.)
+        let by_rtt = (self.window as u128 * 1_000_000_000
+            / (self.base() + self.queue()).as_nanos().max(1)) as u64;
+        self.set_bw((self.bw - self.bw / 7).min(by_rtt.max(self.bw / 2)));
         self.enter(Phase::Drain, now);
     }
 
@@ -580,12 +626,13 @@ impl Core {
             }
             self.bw_samples.push_back(sample);
             self.bw = self.bw_samples.iter().copied().max().unwrap_or(0);
+            self.bw_peak = self.bw_peak.max(self.bw);
         }
         if let Some(r) = self.round.min_rtt {
             self.rtt_samples.push_back((now, r));
         }
         // Forget old minima, keeping at least MIN_RTT_ROUNDS rounds and MIN_RTT_WINDOW.
-        let keep = MIN_RTT_WINDOW.max(self.base() * MIN_RTT_ROUNDS);
+        let keep = self.min_rtt_span();
         while self.rtt_samples.len() > 1
             && now.saturating_duration_since(self.rtt_samples[0].0) > keep
         {
@@ -597,6 +644,17 @@ impl Core {
         // A round that did not fill its window says nothing of the link's rate: the
         // sender had too little to send (quinn's flag misses a sender that just started).
         let filled = !self.round.app_limited && self.round.acked >= self.round.window / 2;
+        // A full window met no queue at all: the model's rate is too low (the link got
+        // faster, or a drain cut it too deep).
+        let idle_link = filled
+            && matches!(self.phase, Phase::Cruise | Phase::Probe)
+            // (with at least the model's bandwidth-delay product in flight: below it, as
+            // while the window ramps back up after a drain, no queue is expected)
+            && self.round.window >= bytes_in(self.bw, self.base())
+            && self.round.rtt_n > 0
+            && self.min_rtt.is_some_and(|m| {
+                (self.round.rtt_sum / self.round.rtt_n).saturating_sub(m) < self.slack() / 4
+            });
         self.round = Round {
             marker: now,
             began: now,
@@ -604,8 +662,11 @@ impl Core {
             min_rtt: None,
             app_limited: false,
             window: self.window,
+            rtt_sum: Duration::ZERO,
+            rtt_n: 0,
         };
         self.phase_rounds += 1;
+        self.idle_rounds = if idle_link { self.idle_rounds + 1 } else { 0 };
         match self.phase {
             Phase::Startup if filled => {
                 if self.bw >= self.full_bw + self.full_bw / 4 {
@@ -618,32 +679,60 @@ impl Core {
                     }
                 }
             }
+            // Three full windows in a row met no queue: the link is faster than the model
+            // (a fade ended, cross traffic left, a drain cut too deep). Look for its rate as
+            // at the start, at ×1.25 a round.
+            Phase::Cruise | Phase::Probe if self.idle_rounds >= 3 => {
+                self.regrowth = true;
+                self.full_bw = self.bw;
+                self.full_bw_rounds = 0;
+                self.enter(Phase::Startup, now);
+            }
             Phase::Cruise if self.phase_rounds >= CRUISE_ROUNDS => {
                 if self.cap().is_some_and(|c| self.bw >= c - c / 50) {
                     // At the configured rate already: nothing to look for.
                     self.enter(Phase::Drain, now);
                 } else {
                     self.probe_base = self.bw;
+                    self.probe_wins = 0;
                     self.probe_extra = (bytes_in(self.bw, self.slack()) / 2).max(2 * self.mtu);
                     self.enter(Phase::Probe, now);
                 }
             }
             Phase::Probe if self.phase_rounds >= 2 => {
                 // The window went up a round ago; its acknowledgements are in.
-                let grew = self.bw > self.probe_base + bytes_in(self.probe_base, self.slack()) / 8;
-                if grew {
-                    // The link is faster: look for its rate as at the start, at ×1.5 a round.
+                // The extra could add extra / base RTT to the rate; half of that (and 1 % at
+                // least, above the rounds' noise) says there was room.
+                let share = (self.probe_extra as f64
+                    / bytes_in(self.probe_base, self.base()).max(1) as f64
+                    / 2.0)
+                    .max(0.01);
+                let grew = self.bw as f64 > self.probe_base as f64 * (1.0 + share);
+                if grew && self.probe_wins < 2 {
+                    // There was room: probe again with twice the extra (BBRv3's probe up).
+                    self.probe_wins += 1;
+                    self.probe_base = self.bw;
+                    self.probe_extra *= 2;
+                    self.phase_rounds = 1;
+                } else if grew {
+                    // Three in a row: the link is much faster (a fade ended). Look for its
+                    // rate as at the start, at ×1.25 a round.
                     self.window = self.target();
-                    self.growth_halved = true;
+                    self.regrowth = true;
                     self.full_bw = self.bw;
                     self.full_bw_rounds = 0;
                     self.enter(Phase::Startup, now);
                 } else {
-                    self.enter(Phase::Drain, now);
+                    self.end_probe(now);
                 }
             }
-            Phase::Compete if self.phase_rounds >= CRUISE_ROUNDS => {
-                // Has the competitor left? A drain at our share tells.
+            Phase::Compete
+                if self.phase_rounds >= CRUISE_ROUNDS
+                    && now.saturating_duration_since(self.compete_since) >= COMPETE_AT_LEAST =>
+            {
+                // Has the competitor left? A drain at our share tells. (Not sooner: a
+                // loss-based competitor's queue empties for seconds after each of its
+                // losses, and that is no sign it left.)
                 let share = (self.window as u128 * 1_000_000_000
                     / (self.base() + self.queue()).as_nanos().max(1))
                     as u64;
@@ -675,16 +764,21 @@ impl Core {
     /// Packets sent at `sent` were declared lost at `now`.
     pub fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, lost: u64) {
         self.in_flight = self.in_flight.saturating_sub(lost);
+        let queued = self.queue() > self.budget();
+        // Persistent congestion with no queue is an outage: the model stays.
+        let _ = persistent;
+        if queued {
+            self.overflowed_since_drain = true;
+        }
         if self.reacted_at.is_some_and(|r| sent <= r) {
             return;
         }
-        if self.queue() <= self.budget() {
+        if !queued {
             // The channel's noise, or an outage: repaired without slowing down.
             self.losses.random += 1;
             return;
         }
         self.losses.congestion += 1;
-        let _ = persistent;
         self.react(now);
     }
 
@@ -832,6 +926,7 @@ mod tests {
             last_ack: t0,
             fresh_from: t0,
             drain_from: t0,
+            last_drain: t0,
             ..c.clone()
         };
         c.round.marker = t0;
@@ -999,18 +1094,22 @@ mod tests {
     fn a_longer_path_after_a_handover_becomes_the_base_rtt() {
         let mut c = Core::new(hop(None), MTU, Instant::now());
         let rate = 100e6 / 8.0;
+        // A handover from a 30 ms path to a 45 ms one at 5 s (the `leo` preset's largest
+        // step is 10 ms).
         let leo = |t: f64| Link {
             rate,
-            base: Duration::from_millis(if t < 5.0 { 30 } else { 60 }),
+            base: Duration::from_millis(if t < 5.0 { 30 } else { 45 }),
             queue_limit: 1_000_000,
             loss_every: 0,
             cross: 0.0,
         };
         let p = simulate(&mut c, &leo, 15.0);
         let m = c.min_rtt().unwrap();
-        assert!(m >= Duration::from_millis(60), "base RTT {m:?}");
-        let util = delivered(&p, 7.0, 15.0) / (rate * 8.0);
+        assert!(m >= Duration::from_millis(45), "base RTT {m:?}");
+        let util = delivered(&p, 5.0, 15.0) / (rate * 10.0);
         assert!(util > 0.93, "utilization {util}");
+        let q = queue_p95(&p, 5.0, 14.0);
+        assert!(q < 50.0, "queue p95 {q} ms");
     }
 
     #[test]
