@@ -760,14 +760,9 @@ impl Core {
             return;
         }
         if !queued {
-            // The channel's noise, or an outage: repaired without slowing down. The packet
-            // took its time on the link all the same: the rate the link carries counts it
-            // (at BER 1e-5 one packet in nine is lost; counting only what arrived held the
-            // window to 89 % of the path).
+            // The channel's noise, or an outage: repaired without slowing down.
             self.losses.random += 1;
-            if !persistent {
-                self.round.acked += lost;
-            }
+            let _ = persistent;
             return;
         }
         self.losses.congestion += 1;
