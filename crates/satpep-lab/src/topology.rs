@@ -732,8 +732,9 @@ impl Lab {
     }
 
     /// Starts the split proxy on the terminal (satellite upstream, for uploads) and on the
-    /// gateway (satellite downstream, for downloads). A satellite-leg socket sends one way
-    /// and receives the other, so its buffers are sized from the faster direction.
+    /// gateway (satellite downstream, for downloads), configured with what `pep.told` says of
+    /// the link. Told it exactly, a satellite-leg socket sends one way and receives the
+    /// other, so its buffers are sized from the faster direction.
     pub fn start_proxies(&mut self, spec: &LinkSpec, pep: &Pep) -> Result<(), String> {
         match pep.cc.as_deref() {
             // The proxies switch among the shipped policy's controllers.

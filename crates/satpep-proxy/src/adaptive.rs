@@ -75,11 +75,10 @@ impl Class {
     }
 
     /// The shipped policy. Long paths follow the thesis's Table 4.3 (Hybla when clean,
-    /// Tarang when lossy, as the thesis plugs it in). Short paths (LEO, MEO, terrestrial) and
-    /// thin ones take the kernel's BBR: on the field benchmark (docs/cc.md) Tarang and
-    /// Westwood+ fell far behind end-to-end BBR on a lossy LEO link (their windows, tuned
-    /// for long RTTs, were cut at every random loss or held too small), and Tarang overfilled
-    /// a T1's queue every round trip.
+    /// Tarang when lossy, as the thesis plugs it in; "thin" is the flow's own best rate, which
+    /// a young flow on a lossy fat path also shows, so thin and fat choose alike). Short
+    /// paths (LEO, MEO, terrestrial) take the kernel's BBR: on a lossy LEO link Westwood+ and
+    /// Tarang reached about half of end-to-end BBR (docs/cc.md).
     pub fn default_cc(self) -> &'static str {
         match self {
             Class::LowSpeedVeryLowDelay
@@ -87,11 +86,9 @@ impl Class {
             | Class::LowSpeedLowDelayLossy
             | Class::HighSpeed
             | Class::HighSpeedLossy
-            | Class::HighSpeedQueue
-            | Class::LongThin
-            | Class::LongThinLossy => "bbr",
-            Class::LongFat => "satpep_hybla",
-            Class::LongFatLossy => "satpep_tarang",
+            | Class::HighSpeedQueue => "bbr",
+            Class::LongFat | Class::LongThin => "satpep_hybla",
+            Class::LongFatLossy | Class::LongThinLossy => "satpep_tarang",
         }
     }
 }
@@ -335,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn short_lossy_and_thin_paths_get_bbr_long_ones_keep_hybla_and_tarang() {
+    fn short_lossy_paths_get_bbr_long_ones_keep_hybla_and_tarang() {
         let t = Instant::now();
         // A LEO path (min RTT 30 ms, 90 Mbit/s) with link-error losses.
         let mut k = Classifier::default();
@@ -348,7 +345,7 @@ mod tests {
         k.observe(&obs(570.0, 571.0, 1.4, 0), t);
         let (class, _) = k.observe(&obs(570.0, 571.0, 1.4, 7), t);
         assert_eq!(class, Class::LongThinLossy);
-        assert_eq!(class.default_cc(), "bbr");
+        assert_eq!(class.default_cc(), "satpep_tarang");
         assert_eq!(Class::LongFat.default_cc(), "satpep_hybla");
         assert_eq!(Class::LongFatLossy.default_cc(), "satpep_tarang");
     }

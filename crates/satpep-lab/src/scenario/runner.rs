@@ -177,7 +177,8 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                 link_now = Some(link.clone());
             }
             let pep = pep_of(spec);
-            // Proxies size themselves from the link, so a new link restarts them too.
+            // A new link restarts the proxies too: told the link, they size themselves from
+            // it; told nothing, they start from scratch, as on a real new link.
             let mut link_noseed = link.clone();
             link_noseed.seed = None;
             if pep != pep_now || (pep.is_some() && pep_link.as_ref() != Some(&link_noseed)) {

@@ -51,7 +51,7 @@ const SLACK_SHARE: u32 = 25;
 /// Least margin above the slack before a queue counts as too long.
 const MARGIN_MIN: Duration = Duration::from_millis(15);
 /// The margin is at least base RTT / this.
-const MARGIN_SHARE: u32 = 20;
+const MARGIN_SHARE: u32 = 40;
 /// Rounds the rate estimate remembers (its max filter).
 const BW_ROUNDS: usize = 10;
 /// Least time the base RTT estimate remembers (its min filter)...
@@ -1111,7 +1111,10 @@ mod tests {
             assert!(c.window().abs_diff(start) <= 1, "{} vs {start}", c.window());
             let p = simulate(&mut c, &geo, 30.0);
             let bw = c.bw() as f64;
-            assert!((bw / GEO - 1.0).abs() < 0.05, "told {told}: rate estimate {bw}");
+            assert!(
+                (bw / GEO - 1.0).abs() < 0.05,
+                "told {told}: rate estimate {bw}"
+            );
             let util = delivered(&p, 15.0, 30.0) / (GEO * 15.0);
             assert!(util > 0.93, "told {told}: utilization {util}");
             let q = queue_p95(&p, 15.0, 29.0);
