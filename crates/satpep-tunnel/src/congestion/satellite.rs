@@ -339,13 +339,35 @@ impl Core {
 
     /// The queue the window allows above rate × base RTT.
     pub fn slack(&self) -> Duration {
-        SLACK_MIN.max(self.base() / SLACK_SHARE)
+        SLACK_MIN
+            .max(self.base() / SLACK_SHARE)
+            .max(self.packets_time(2))
     }
 
     /// Queueing delay (RTT above the base) past which the queue is too long: the slack plus
     /// a margin for jitter, delayed acknowledgements and small path changes.
     pub fn budget(&self) -> Duration {
-        self.slack() + MARGIN_MIN.max(self.base() / MARGIN_SHARE)
+        self.slack() + self.margin()
+    }
+
+    /// Margin above the slack for jitter, delayed acknowledgements and small path changes:
+    /// max(15 ms, base RTT / 40), and four packets' time on the link (on a T1 one packet
+    /// takes 8 ms: a smaller margin read a packet or two of jitter as a queue that would
+    /// not drain, and cut the rate again and again).
+    fn margin(&self) -> Duration {
+        MARGIN_MIN
+            .max(self.base() / MARGIN_SHARE)
+            .max(self.packets_time(4))
+    }
+
+    /// How long `n` full packets take at the estimated rate (zero while it is unknown).
+    fn packets_time(&self, n: u64) -> Duration {
+        if self.bw == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(
+            (n * (self.mtu + FRAME_OVERHEAD) * 1_000_000_000 / self.bw).min(1_000_000_000),
+        )
     }
 
     /// The queue the latest RTT samples show (their minimum above the base RTT).
@@ -571,7 +593,7 @@ impl Core {
     fn end_drain(&mut self, now: Instant) {
         self.last_drain = now;
         let left = match (self.drain_min, self.min_rtt) {
-            (Some(d), Some(m)) => d > m + MARGIN_MIN.max(m / MARGIN_SHARE),
+            (Some(d), Some(m)) => d > m + self.margin(),
             _ => false,
         };
         if !left {
