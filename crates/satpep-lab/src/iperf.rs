@@ -21,25 +21,40 @@ pub struct TcpResult {
 }
 
 impl TcpResult {
-    /// Goodput from `from_s` seconds on, bit/s, leaving out the last second (it also holds
-    /// what was queued when the sender stopped); the whole run's if it is shorter.
+    /// Goodput from `from_s` seconds on, bit/s, leaving out the last second (see
+    /// [`goodput_after`]); the whole run's if it is shorter.
     pub fn goodput_after(&self, from_s: f64) -> f64 {
-        let mut prev = 0.0;
-        let (mut bytes, mut secs) = (0u64, 0.0);
-        let last = self.intervals.len().saturating_sub(1);
-        for (k, &(end, b)) in self.intervals.iter().enumerate() {
-            if prev >= from_s - 1e-6 && k < last {
-                bytes += b;
-                secs += end - prev;
-            }
-            prev = end;
-        }
-        if secs > 0.0 {
-            bytes as f64 * 8.0 / secs
-        } else {
-            self.goodput_bps
-        }
+        goodput_after(&self.intervals, from_s).unwrap_or(self.goodput_bps)
     }
+}
+
+/// Goodput of receiver `intervals` (end s, bytes) from `from_s` seconds on, bit/s, leaving
+/// out the last interval (it also holds what was queued when the sender stopped); None when
+/// nothing is left.
+pub fn goodput_after(intervals: &[(f64, u64)], from_s: f64) -> Option<f64> {
+    let mut prev = 0.0;
+    let (mut bytes, mut secs) = (0u64, 0.0);
+    let last = intervals.len().saturating_sub(1);
+    for (k, &(end, b)) in intervals.iter().enumerate() {
+        if prev >= from_s - 1e-6 && k < last {
+            bytes += b;
+            secs += end - prev;
+        }
+        prev = end;
+    }
+    (secs > 0.0).then(|| bytes as f64 * 8.0 / secs)
+}
+
+/// The (end s, bytes) of each interval of an iperf3 JSON report.
+pub fn intervals(v: &Value) -> Vec<(f64, u64)> {
+    v["intervals"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| Some((i["sum"]["end"].as_f64()?, i["sum"]["bytes"].as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Outcome of one iperf3 UDP stream, as seen by the receiver.
@@ -225,14 +240,7 @@ pub fn tcp_download(
             .as_f64()
             .unwrap_or(0.0)
             / 1000.0,
-        intervals: v["intervals"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|i| Some((i["sum"]["end"].as_f64()?, i["sum"]["bytes"].as_u64()?)))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        intervals: intervals(&v),
     })
 }
 

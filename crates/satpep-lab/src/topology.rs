@@ -233,6 +233,28 @@ pub enum Told {
     Exact,
 }
 
+impl Told {
+    /// `nothing`, `exact` or a nominal forward rate such as `25Mbit`; the return direction's
+    /// nominal rate is its real rate (from `link`, asked only for a rate) scaled as the
+    /// forward one is.
+    pub fn parse(
+        s: &str,
+        link: impl FnOnce() -> Result<satpep_link::config::LinkConfig, String>,
+    ) -> Result<Told, String> {
+        Ok(match s {
+            "nothing" => Told::Nothing,
+            "exact" => Told::Exact,
+            r => {
+                let f = satpep_link::units::parse_rate(r)
+                    .map_err(|e| format!("'{r}' is not nothing, exact or a rate ({e})"))?;
+                let link = link()?;
+                let scale = f / link.forward.rate.max_bps();
+                Told::Nominal(f, link.ret.rate.max_bps() * scale)
+            }
+        })
+    }
+}
+
 impl Default for UpOptions {
     fn default() -> Self {
         UpOptions {

@@ -29,15 +29,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// warning.
 pub const DEFAULT_SATELLITE_CONGESTION: &str = "bbr";
 
+/// Selects `cc` on a throwaway socket: whether this kernel has it (a kernel controller not
+/// loaded yet, such as bbr, is loaded by selecting it once).
+fn try_congestion(cc: &str) -> std::io::Result<()> {
+    let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    crate::sockets::set_congestion(probe.as_raw_fd(), cc)
+}
+
 fn default_satellite_congestion(cfg: &mut ProxyConfig) {
     // With adaptive selection this is the controller a connection starts on.
     if cfg.satellite.congestion.is_some() {
         return;
     }
     let cc = DEFAULT_SATELLITE_CONGESTION;
-    let ok = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .and_then(|s| crate::sockets::set_congestion(s.as_raw_fd(), cc));
-    match ok {
+    match try_congestion(cc) {
         Ok(()) => {
             info!(congestion = %cc, "satellite leg: no controller configured, using the default");
             cfg.satellite.congestion = Some(cc.into());
@@ -107,13 +112,7 @@ pub async fn run(
     }
     if let Some(a) = &cfg.adaptive {
         let avail = satpep_cc::available();
-        // A kernel controller not loaded yet (bbr) is loaded by selecting it once.
-        let usable = |cc: &str| {
-            avail.iter().any(|x| x == cc)
-                || socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-                    .and_then(|s| crate::sockets::set_congestion(s.as_raw_fd(), cc))
-                    .is_ok()
-        };
+        let usable = |cc: &str| avail.iter().any(|x| x == cc) || try_congestion(cc).is_ok();
         if let Some((class, cc)) = a
             .policy
             .iter()

@@ -151,17 +151,8 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
         } => {
             let spec = link.spec()?;
             let cfg = spec.resolve()?;
-            let told = match tell_pep.as_str() {
-                "nothing" => satpep_lab::topology::Told::Nothing,
-                "exact" => satpep_lab::topology::Told::Exact,
-                r => {
-                    let f = satpep_link::units::parse_rate(r).map_err(|e| {
-                        format!("--tell-pep: '{r}' is not nothing, exact or a rate ({e})")
-                    })?;
-                    let scale = f / cfg.forward.rate.max_bps();
-                    satpep_lab::topology::Told::Nominal(f, cfg.ret.rate.max_bps() * scale)
-                }
-            };
+            let told = satpep_lab::topology::Told::parse(&tell_pep, || Ok(cfg.clone()))
+                .map_err(|e| format!("--tell-pep: {e}"))?;
             let pep = match pep.as_str() {
                 "none" if cc.is_some() => {
                     return Err("--cc needs a PEP mode (--pep split or tunnel)".into())

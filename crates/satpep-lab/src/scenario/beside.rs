@@ -269,28 +269,10 @@ impl Beside {
         if let Some((server, c)) = self.competing {
             if let Some(out) = wait(c) {
                 let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-                let iv: Vec<(f64, u64)> = v["intervals"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|i| {
-                                Some((i["sum"]["end"].as_f64()?, i["sum"]["bytes"].as_u64()?))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
                 // After the warm-up, the last interval left out as for the bulk flows.
-                let (mut bytes, mut span, mut prev) = (0u64, 0.0, 0.0);
-                for (k, &(end, b)) in iv.iter().enumerate() {
-                    if prev >= warmup_s - 1e-6 && k + 1 < iv.len() {
-                        bytes += b;
-                        span += end - prev;
-                    }
-                    prev = end;
-                }
-                if span > 0.0 {
-                    r.competing_bps = Some(bytes as f64 * 8.0 / span);
-                } else {
+                r.competing_bps =
+                    crate::iperf::goodput_after(&crate::iperf::intervals(&v), warmup_s);
+                if r.competing_bps.is_none() {
                     errors.push(format!(
                         "competing flow: no result ({})",
                         v["error"].as_str().unwrap_or("iperf3 failed")
@@ -349,18 +331,16 @@ pub fn parse_ping(text: &str) -> (u32, u32, Vec<(f64, f64)>) {
 
 /// The path's base RTT at emulator uptime `t` s, ms: both directions' propagation delay at
 /// that moment plus a probe frame's serialization each way.
-pub fn base_rtt_ms(spec: &CellSpec, t: f64) -> Result<f64, String> {
-    let cfg = spec.link_spec()?.resolve()?;
+pub fn base_rtt_ms(cfg: &satpep_link::config::LinkConfig, t: f64) -> f64 {
     let ns = t * 1e9;
     let ser = |d: &satpep_link::config::DirectionConfig| PROBE_FRAME * 8.0 / d.rate.max_bps() * 1e3;
-    Ok((cfg.ret.delay.at(ns) + cfg.forward.delay.at(ns)) / 1e6 + ser(&cfg.ret) + ser(&cfg.forward))
+    (cfg.ret.delay.at(ns) + cfg.forward.delay.at(ns)) / 1e6 + ser(&cfg.ret) + ser(&cfg.forward)
 }
 
 /// Checks the beside keys of `spec.traffic` before any lab is built.
 pub fn check(spec: &CellSpec) -> Result<(), String> {
     let t = &spec.traffic;
-    let any = t.probe || t.cross_udp.is_some() || t.competing || t.requests.is_some();
-    if any && t.kind != "bulk" {
+    if t.runs_beside() && t.kind != "bulk" {
         return Err(
             "traffic.probe, cross_udp, competing and requests run beside a bulk transfer (kind = \"bulk\")"
                 .into(),

@@ -426,6 +426,14 @@ impl Default for TrafficSpec {
     }
 }
 
+impl TrafficSpec {
+    /// Whether anything runs beside the transfer (probe, cross traffic, a competing flow,
+    /// requests).
+    pub fn runs_beside(&self) -> bool {
+        self.probe || self.cross_udp.is_some() || self.competing || self.requests.is_some()
+    }
+}
+
 /// The main metric of a traffic kind: what tables show and plots draw.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum Metric {
@@ -516,19 +524,8 @@ impl CellSpec {
 
     /// What the proxies are told about the link, from `pep.told`.
     pub fn told(&self) -> Result<crate::topology::Told, String> {
-        use crate::topology::Told;
-        Ok(match self.pep.told.as_str() {
-            "nothing" => Told::Nothing,
-            "exact" => Told::Exact,
-            r => {
-                let f = satpep_link::units::parse_rate(r).map_err(|e| {
-                    format!("pep.told: '{r}' is not \"nothing\", \"exact\" or a rate ({e})")
-                })?;
-                let cfg = self.link_spec()?.resolve()?;
-                let scale = f / cfg.forward.rate.max_bps();
-                Told::Nominal(f, cfg.ret.rate.max_bps() * scale)
-            }
-        })
+        crate::topology::Told::parse(&self.pep.told, || self.link_spec()?.resolve())
+            .map_err(|e| format!("pep.told: {e}"))
     }
 
     /// The link as the emulator runs it.

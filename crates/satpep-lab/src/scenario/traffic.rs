@@ -463,19 +463,10 @@ fn bulk(
             ));
         }
         let (recv, send) = if download { (&cv, &sv) } else { (&sv, &cv) };
-        flow.series = recv["intervals"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|iv| {
-                        Some((
-                            iv["sum"]["end"].as_f64()? + start_s,
-                            iv["sum"]["bytes"].as_u64()?,
-                        ))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        flow.series = crate::iperf::intervals(recv)
+            .into_iter()
+            .map(|(end, bytes)| (end + start_s, bytes))
+            .collect();
         flow.bytes = flow.series.iter().map(|(_, b)| b).sum();
         flow.retransmits = send["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
         flows.push(flow);
@@ -506,42 +497,41 @@ fn bulk(
         let (b, s, _) = window(f, all_from);
         f.goodput_bps = if s > 0.0 { b as f64 * 8.0 / s } else { 0.0 };
     }
-    // With a rate trace the limit is the trace's mean over the measured span.
-    let limit_bps = match (uptime0, spec.link_spec().and_then(|l| l.resolve())) {
-        (Some(u0), Ok(cfg)) => {
+    // The link as the emulator runs it, resolved once (traces may be files): the limit's
+    // rate trace and the probe's delay traces are read from it.
+    let cfg = spec.link_spec().and_then(|l| l.resolve());
+    let limit_bps = match &cfg {
+        Ok(cfg) => {
             let d = if download { &cfg.forward } else { &cfg.ret };
-            let (a, b) = ((u0 + warm) * 1e9, (u0 + last_end) * 1e9);
-            limit_bps * d.rate.mean_bps(a, b) / d.rate.max_bps()
+            // With a rate trace the limit is the trace's mean over the measured span.
+            let limit_bps = match uptime0 {
+                Some(u0) => {
+                    let (a, b) = ((u0 + warm) * 1e9, (u0 + last_end) * 1e9);
+                    limit_bps * d.rate.mean_bps(a, b) / d.rate.max_bps()
+                }
+                None => limit_bps,
+            };
+            // Cross traffic takes its share of the link first: 1200-byte datagrams in
+            // 1242-byte frames.
+            match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
+                Some(Ok(cross)) => {
+                    limit_bps * (1.0 - cross * 1242.0 / 1200.0 / d.rate.max_bps()).max(0.0)
+                }
+                _ => limit_bps,
+            }
         }
-        _ => limit_bps,
-    };
-    // Cross traffic takes its share of the link first: 1200-byte datagrams in 1242-byte
-    // frames.
-    let limit_bps = match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
-        Some(Ok(cross)) => {
-            let link = spec
-                .link_spec()
-                .and_then(|l| l.resolve())
-                .map(|c| {
-                    if download {
-                        c.forward.rate.max_bps()
-                    } else {
-                        c.ret.rate.max_bps()
-                    }
-                })
-                .unwrap_or(f64::INFINITY);
-            limit_bps * (1.0 - cross * 1242.0 / 1200.0 / link).max(0.0)
-        }
-        _ => limit_bps,
+        Err(_) => limit_bps,
     };
     rec.limit_bps = Some(limit_bps);
     if rec.failures == 0 {
         rec.samples.push(goodput);
         rec.utilization = Some(goodput / limit_bps);
     }
-    let t = &spec.traffic;
-    if t.probe || t.cross_udp.is_some() || t.competing || t.requests.is_some() {
-        let base = |u: f64| super::beside::base_rtt_ms(spec, u).unwrap_or(0.0);
+    if t.runs_beside() {
+        let base = |u: f64| {
+            cfg.as_ref()
+                .map_or(0.0, |c| super::beside::base_rtt_ms(c, u))
+        };
         rec.beside = Some(beside.finish(&base, warm, &mut rec.errors));
     }
     if n > 1 {

@@ -191,6 +191,22 @@ struct Round {
     rtt_n: u32,
 }
 
+impl Round {
+    /// A round beginning at `now` with `window` bytes allowed in flight.
+    fn new(now: Instant, window: u64) -> Round {
+        Round {
+            marker: now,
+            began: now,
+            acked: 0,
+            min_rtt: None,
+            app_limited: false,
+            window,
+            rtt_sum: Duration::ZERO,
+            rtt_n: 0,
+        }
+    }
+}
+
 /// The controller's state and logic, independent of quinn's types.
 #[derive(Debug, Clone)]
 pub struct Core {
@@ -291,16 +307,7 @@ impl Core {
                 bytes: 0,
                 recent: 0,
             },
-            round: Round {
-                marker: now,
-                began: now,
-                acked: 0,
-                min_rtt: None,
-                app_limited: false,
-                window: 0,
-                rtt_sum: Duration::ZERO,
-                rtt_n: 0,
-            },
+            round: Round::new(now, 0),
             full_bw: 0,
             full_bw_rounds: 0,
             reacted_at: None,
@@ -368,6 +375,22 @@ impl Core {
         Duration::from_nanos(
             (n * (self.mtu + FRAME_OVERHEAD) * 1_000_000_000 / self.bw).min(1_000_000_000),
         )
+    }
+
+    /// What the window delivers at the current RTT: window / (base RTT + queue), bytes per
+    /// second (Vegas's and FAST TCP's reading of the rate when the queue is standing).
+    fn rate_at_queue(&self) -> u64 {
+        (self.window as u128 * 1_000_000_000 / (self.base() + self.queue()).as_nanos().max(1))
+            as u64
+    }
+
+    /// Restarts growth at ×1.25 a round from the current window: the link is faster than the
+    /// model.
+    fn regrow(&mut self, now: Instant) {
+        self.regrowth = true;
+        self.full_bw = self.bw;
+        self.full_bw_rounds = 0;
+        self.enter(Phase::Startup, now);
     }
 
     /// The queue the latest RTT samples show (their minimum above the base RTT).
@@ -449,9 +472,7 @@ impl Core {
             Phase::Cruise | Phase::Drain | Phase::Probe => {
                 // The link got slower: with a queue q the window delivers window / (base
                 // RTT + q) (FAST TCP's and Vegas's reading), and the acks show the rate too.
-                let m = self.base();
-                let by_rtt = (self.window as u128 * 1_000_000_000
-                    / (m + self.queue()).as_nanos().max(1)) as u64;
+                let by_rtt = self.rate_at_queue();
                 let measured = self.ack_rate.recent.max(1);
                 self.set_bw(self.bw.min(by_rtt).min(measured.max(by_rtt / 2)));
             }
@@ -483,16 +504,7 @@ impl Core {
             self.recent.clear();
             self.ack_rate.start = now;
             self.ack_rate.bytes = 0;
-            self.round = Round {
-                marker: now,
-                began: now,
-                acked: 0,
-                min_rtt: None,
-                app_limited: false,
-                window: self.window,
-                rtt_sum: Duration::ZERO,
-                rtt_n: 0,
-            };
+            self.round = Round::new(now, self.window);
         }
         self.last_ack = now;
         self.last_probe = None;
@@ -620,8 +632,7 @@ impl Core {
         // the first reading showed). Cut by what the queue says (window / (base RTT +
         // queue)), by 15 % at least and by half at most, and drain again. (What the drain
         // itself delivered is no measure: the sender paused in it.)
-        let by_rtt = (self.window as u128 * 1_000_000_000
-            / (self.base() + self.queue()).as_nanos().max(1)) as u64;
+        let by_rtt = self.rate_at_queue();
         self.set_bw((self.bw - self.bw / 7).min(by_rtt.max(self.bw / 2)));
         self.enter(Phase::Drain, now);
     }
@@ -669,16 +680,7 @@ impl Core {
             && self.min_rtt.is_some_and(|m| {
                 (self.round.rtt_sum / self.round.rtt_n).saturating_sub(m) < self.slack() / 4
             });
-        self.round = Round {
-            marker: now,
-            began: now,
-            acked: 0,
-            min_rtt: None,
-            app_limited: false,
-            window: self.window,
-            rtt_sum: Duration::ZERO,
-            rtt_n: 0,
-        };
+        self.round = Round::new(now, self.window);
         self.phase_rounds += 1;
         self.idle_rounds = if idle_link { self.idle_rounds + 1 } else { 0 };
         match self.phase {
@@ -696,12 +698,7 @@ impl Core {
             // Three full windows in a row met no queue: the link is faster than the model
             // (a fade ended, cross traffic left, a drain cut too deep). Look for its rate as
             // at the start, at ×1.25 a round.
-            Phase::Cruise | Phase::Probe if self.idle_rounds >= 3 => {
-                self.regrowth = true;
-                self.full_bw = self.bw;
-                self.full_bw_rounds = 0;
-                self.enter(Phase::Startup, now);
-            }
+            Phase::Cruise | Phase::Probe if self.idle_rounds >= 3 => self.regrow(now),
             Phase::Cruise if self.phase_rounds >= CRUISE_ROUNDS => {
                 self.probe_base = self.bw;
                 self.probe_wins = 0;
@@ -727,10 +724,7 @@ impl Core {
                     // Three in a row: the link is much faster (a fade ended). Look for its
                     // rate as at the start, at ×1.25 a round.
                     self.window = self.target();
-                    self.regrowth = true;
-                    self.full_bw = self.bw;
-                    self.full_bw_rounds = 0;
-                    self.enter(Phase::Startup, now);
+                    self.regrow(now);
                 } else {
                     self.end_probe(now);
                 }
@@ -742,9 +736,7 @@ impl Core {
                 // Has the competitor left? A drain at our share tells. (Not sooner: a
                 // loss-based competitor's queue empties for seconds after each of its
                 // losses, and that is no sign it left.)
-                let share = (self.window as u128 * 1_000_000_000
-                    / (self.base() + self.queue()).as_nanos().max(1))
-                    as u64;
+                let share = self.rate_at_queue();
                 self.set_bw(share);
                 self.undrained = 2;
                 self.enter(Phase::Drain, now);
