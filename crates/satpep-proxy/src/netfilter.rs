@@ -65,7 +65,12 @@ pub fn ruleset(cfg: &ProxyConfig) -> String {
         let q: Vec<String> = cfg.interfaces.iter().map(|i| format!("\"{i}\"")).collect();
         format!("iifname {} ", set(&q))
     };
-    let mut exclusions = vec!["    # Exclusions.".to_string()];
+    let mut exclusions = vec![
+        "    # Connections to this box itself (any of its addresses, on any interface: an".into(),
+        "    # operator's SSH, a local service) are never intercepted.".into(),
+        "    fib daddr type local return".into(),
+        "    # Exclusions.".to_string(),
+    ];
     let (ex_s4, ex_s6) = split(&cfg.exclude_sources);
     let (ex_d4, ex_d6) = split(&cfg.exclude_destinations);
     for (fam, key, list) in [
@@ -463,6 +468,9 @@ mod tests {
     fn default_intercepts_everything_both_families() {
         let r = rules("");
         assert!(r.contains("socket transparent 1 meta mark set 0x5350 accept"));
+        // The box's own addresses first, before anything is diverted.
+        let local = r.find("fib daddr type local return").unwrap();
+        assert!(local < r.find("tproxy").unwrap(), "{r}");
         for (nf, fam) in [("ipv4", "ip"), ("ipv6", "ip6")] {
             let sel = format!("meta nfproto {nf} meta l4proto tcp ct state new ");
             let bypass = format!("{sel}meta l4proto @overload counter name bypassed return");

@@ -1102,3 +1102,54 @@ fn adaptive_picks_bbr_on_a_short_lossy_path() {
     // Westwood+ was the thesis's pick here; it fell far behind end-to-end BBR.
     assert_eq!(ccs.last().map(String::as_str), Some("bbr"), "{ccs:?}");
 }
+
+#[test]
+fn connections_to_the_pep_box_itself_are_never_intercepted() {
+    let lab = split_lab("pself", "[both]\nrate='100Mbit'\ndelay='5ms'\n");
+    // The terminal's address on the intercepted interface, and its address on another one
+    // (the satellite side), in both families: a listener on the box (sshd, a local web UI).
+    for (addr, port) in [
+        ("198.18.1.1", 9310),
+        ("2001:2:0:1::1", 9311),
+        ("198.18.2.1", 9312),
+    ] {
+        let bind = if addr.contains(':') {
+            format!("[{addr}]:{port}")
+        } else {
+            format!("{addr}:{port}")
+        };
+        let b = bind.clone();
+        let listener = in_netns(&lab.ns(Host::Terminal), move || {
+            TcpListener::bind(&b).unwrap()
+        })
+        .join()
+        .unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, peer) = listener.accept().unwrap();
+            let mut b = [0u8; 5];
+            s.read_exact(&mut b).unwrap();
+            s.write_all(&b).unwrap();
+            peer.ip().to_canonical().to_string()
+        });
+        let client = in_netns(&lab.ns(Host::Client), move || {
+            let mut s = TcpStream::connect_timeout(&bind.parse().unwrap(), Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("connect to {bind}: {e}"));
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.write_all(b"hello").unwrap();
+            let mut b = [0u8; 5];
+            s.read_exact(&mut b)
+                .unwrap_or_else(|e| panic!("echo from {bind}: {e}"));
+            b
+        });
+        assert_eq!(&client.join().unwrap(), b"hello");
+        let peer = server.join().unwrap();
+        assert!(peer.starts_with("198.18.1.2") || peer == "2001:2:0:1::2", "{peer}");
+    }
+    // None of them went through the proxy.
+    let log = std::fs::read_to_string(format!(
+        "/run/satpep/lab/{}/proxy-terminal.log",
+        lab.name
+    ))
+    .unwrap();
+    assert!(!log.contains(":931"), "{log}");
+}
