@@ -4,10 +4,12 @@
 
 use crate::netfilter;
 use crate::registry::{ConnStatus, Registry};
+use crate::tunnel::TunnelFigures;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::info::Info;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -26,6 +28,136 @@ pub struct StatusReply {
     pub failed: u64,
     /// Connections forwarded unsplit because of the limit.
     pub bypassed: u64,
+}
+
+/// A metric family keyed by label pairs.
+type Labelled<M> = Family<Vec<(String, String)>, M>;
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The OpenMetrics content type, which is what `encode` writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Tunnel connections' figures, one series per peer (the gateway has one per terminal).
+fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry) {
+    let k = &reg.counters;
+    let tunnels = reg.tunnels();
+    r.register(
+        "tunnel_connected",
+        "Live tunnel connections (a terminal: 1 when its tunnel is up)",
+        ConstGauge::new(tunnels.len() as i64),
+    );
+    r.register(
+        "tunnel_connections",
+        "Tunnel connections established since start (more than one at a terminal: reconnections)",
+        ConstCounter::new(k.tunnel_connections.load(Relaxed)),
+    );
+    r.register(
+        "tunnel_handshake_failures",
+        "Tunnel handshakes that failed or timed out",
+        ConstCounter::new(k.tunnel_handshake_failures.load(Relaxed)),
+    );
+    let gauge = |name: &str,
+                 help: &str,
+                 r: &mut prometheus_client::registry::Registry,
+                 v: &dyn Fn(&TunnelFigures) -> Option<f64>| {
+        let fam = Labelled::<Gauge<f64, AtomicU64>>::default();
+        for c in &tunnels {
+            if let Some(x) = v(&TunnelFigures::of(c)) {
+                fam.get_or_create(&labels(&[("peer", &c.remote_address().to_string())]))
+                    .set(x);
+            }
+        }
+        r.register(name, help, fam);
+    };
+    gauge(
+        "tunnel_rtt_seconds",
+        "Smoothed RTT of the tunnel",
+        r,
+        &|f| Some(f.rtt.as_secs_f64()),
+    );
+    gauge(
+        "tunnel_min_rtt_seconds",
+        "Lowest RTT of the tunnel",
+        r,
+        &|f| Some(f.min_rtt.as_secs_f64()),
+    );
+    gauge(
+        "tunnel_window_bytes",
+        "Congestion window of this side's sending direction",
+        r,
+        &|f| Some(f.cwnd as f64),
+    );
+    gauge(
+        "tunnel_model_rate_bits_per_second",
+        "Bottleneck rate the satellite controller measured (payload)",
+        r,
+        &|f| (f.model_rate > 0).then(|| f.model_rate as f64 * 8.0),
+    );
+    gauge(
+        "tunnel_model_base_rtt_seconds",
+        "Base RTT the satellite controller measured",
+        r,
+        &|f| f.model_rtt.map(|d| d.as_secs_f64()),
+    );
+    let counter =
+        |name: &str,
+         help: &str,
+         r: &mut prometheus_client::registry::Registry,
+         v: &dyn Fn(&TunnelFigures) -> Vec<(&'static str, &'static str, u64)>| {
+            let fam = Labelled::<Counter>::default();
+            for c in &tunnels {
+                let peer = c.remote_address().to_string();
+                for (key, val, x) in v(&TunnelFigures::of(c)) {
+                    let mut l = labels(&[("peer", &peer)]);
+                    if !key.is_empty() {
+                        l.push((key.into(), val.into()));
+                    }
+                    fam.get_or_create(&l).inc_by(x);
+                }
+            }
+            r.register(name, help, fam);
+        };
+    counter(
+        "tunnel_sent_packets",
+        "Packets sent on the tunnel connection",
+        r,
+        &|f| vec![("", "", f.sent)],
+    );
+    counter(
+        "tunnel_lost_packets",
+        "Packets declared lost on the tunnel connection",
+        r,
+        &|f| vec![("", "", f.lost)],
+    );
+    counter(
+        "tunnel_loss_events",
+        "Loss events by the satellite controller's reading: the channel's noise or congestion",
+        r,
+        &|f| {
+            vec![
+                ("kind", "random", f.random),
+                ("kind", "congestion", f.congestion),
+            ]
+        },
+    );
+    counter(
+        "tunnel_udp_bytes",
+        "UDP bytes of the tunnel connection",
+        r,
+        &|f| vec![("direction", "tx", f.udp_tx), ("direction", "rx", f.udp_rx)],
+    );
+    counter(
+        "tunnel_flow_control_blocked",
+        "Times this side was blocked by the peer's flow control (windows too small)",
+        r,
+        &|f| vec![("", "", f.blocked)],
+    );
 }
 
 /// The Prometheus exposition of `reg`.
@@ -73,23 +205,23 @@ pub fn metrics(reg: &Registry) -> String {
         "Times the connection or memory limit was reached",
         ConstCounter::new(k.overloads.load(Relaxed)),
     );
-    let bytes = Family::<Vec<(String, String)>, Gauge<u64, AtomicU64>>::default();
+    let bytes = Labelled::<Counter>::default();
     let up: u64 = k.bytes_up.load(Relaxed) + live.iter().map(|c| c.bytes_up).sum::<u64>();
     let down: u64 = k.bytes_down.load(Relaxed) + live.iter().map(|c| c.bytes_down).sum::<u64>();
     bytes
-        .get_or_create(&vec![("direction".into(), "up".into())])
-        .set(up);
+        .get_or_create(&labels(&[("direction", "up")]))
+        .inc_by(up);
     bytes
-        .get_or_create(&vec![("direction".into(), "down".into())])
-        .set(down);
+        .get_or_create(&labels(&[("direction", "down")]))
+        .inc_by(down);
     r.register(
         "relayed_bytes",
         "Bytes relayed (up: client to server)",
         bytes,
     );
-    let rtt = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
-    let cwnd = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
-    let retrans = Family::<Vec<(String, String)>, Gauge<u64, AtomicU64>>::default();
+    let rtt = Labelled::<Gauge<f64, AtomicU64>>::default();
+    let cwnd = Labelled::<Gauge<f64, AtomicU64>>::default();
+    let retrans = Labelled::<Counter>::default();
     for (leg, closed) in [
         ("satellite", &k.retrans_satellite),
         ("terrestrial", &k.retrans_terrestrial),
@@ -104,15 +236,18 @@ pub fn metrics(reg: &Registry) -> String {
                 }
             })
             .collect();
-        let n = infos.len().max(1) as f64;
-        let l = vec![("leg".to_string(), leg.to_string())];
-        rtt.get_or_create(&l)
-            .set(infos.iter().map(|i| i.rtt_ms / 1000.0).sum::<f64>() / n);
-        cwnd.get_or_create(&l)
-            .set(infos.iter().map(|i| i.cwnd as f64).sum::<f64>() / n);
-        retrans
-            .get_or_create(&l)
-            .set(closed.load(Relaxed) + infos.iter().map(|i| i.total_retrans as u64).sum::<u64>());
+        let l = labels(&[("leg", leg)]);
+        // A mean over no connections is no figure: the series is absent until there is one.
+        if !infos.is_empty() {
+            let n = infos.len() as f64;
+            rtt.get_or_create(&l)
+                .set(infos.iter().map(|i| i.rtt_ms / 1000.0).sum::<f64>() / n);
+            cwnd.get_or_create(&l)
+                .set(infos.iter().map(|i| i.cwnd as f64).sum::<f64>() / n);
+        }
+        retrans.get_or_create(&l).inc_by(
+            closed.load(Relaxed) + infos.iter().map(|i| i.total_retrans as u64).sum::<u64>(),
+        );
     }
     r.register(
         "leg_rtt_seconds",
@@ -125,9 +260,18 @@ pub fn metrics(reg: &Registry) -> String {
         cwnd,
     );
     r.register(
-        "leg_retransmits",
+        "leg_retransmitted_segments",
         "Segments retransmitted per leg since start",
         retrans,
+    );
+    tunnel_metrics(&mut r, reg);
+    r.register(
+        "build",
+        "satpep's version",
+        Info::new(vec![(
+            "version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        )]),
     );
     let mut out = String::new();
     let _ = encode(&mut out, &r);
@@ -153,7 +297,7 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>) {
     let line = String::from_utf8_lossy(&req);
     let path = line.split_whitespace().nth(1).unwrap_or("");
     let (code, ctype, body) = match (line.split_whitespace().next(), path) {
-        (Some("GET"), "/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics(&reg)),
+        (Some("GET"), "/metrics") => ("200 OK", CONTENT_TYPE, metrics(&reg)),
         (Some("GET"), "/connections") => {
             let k = &reg.counters;
             let reply = StatusReply {

@@ -33,6 +33,10 @@ pub struct Counters {
     pub retrans_satellite: AtomicU64,
     /// Retransmitted segments on the terrestrial legs of closed connections.
     pub retrans_terrestrial: AtomicU64,
+    /// Tunnel connections established since start (more than one: reconnections).
+    pub tunnel_connections: AtomicU64,
+    /// Tunnel handshakes that failed (a peer refused, or not answering).
+    pub tunnel_handshake_failures: AtomicU64,
 }
 
 /// One split connection.
@@ -150,11 +154,30 @@ pub struct ConnStatus {
 pub struct Registry {
     next: AtomicU64,
     conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
+    /// Live tunnel connections, for `/metrics`.
+    tunnels: Mutex<Vec<quinn::Connection>>,
     /// Totals.
     pub counters: Counters,
 }
 
 impl Registry {
+    /// A tunnel connection came up.
+    pub fn tunnel_up(&self, c: &quinn::Connection) {
+        self.counters.tunnel_connections.fetch_add(1, Relaxed);
+        self.tunnels.lock().unwrap().push(c.clone());
+    }
+
+    /// A tunnel connection closed.
+    pub fn tunnel_down(&self, c: &quinn::Connection) {
+        let id = c.stable_id();
+        self.tunnels.lock().unwrap().retain(|t| t.stable_id() != id);
+    }
+
+    /// Live tunnel connections.
+    pub fn tunnels(&self) -> Vec<quinn::Connection> {
+        self.tunnels.lock().unwrap().clone()
+    }
+
     /// Records a new split connection with its two legs' descriptors (a tunnel flow has no
     /// satellite socket). The caller must [`Registry::remove`] it before closing them.
     pub fn add(

@@ -160,9 +160,10 @@ pub async fn run(
             "descriptor budget"
         );
     }
+    let registry = Arc::new(Registry::default());
     let terminal = match &cfg.tunnel {
         Some(t) => {
-            let term = Terminal::start(t)?;
+            let term = Terminal::start(t, registry.clone())?;
             let warm = term.clone();
             tokio::spawn(async move { warm.warm().await });
             Some(term)
@@ -176,7 +177,6 @@ pub async fn run(
         )
     })?;
     let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
-    let registry = Arc::new(Registry::default());
     let control = start_control(&cfg, &registry).await?;
     // The queue is read before the rules that fill it exist.
     let holder = if cfg.strict {

@@ -105,6 +105,8 @@ pub struct Terminal {
     /// The last failed attempt to reach the gateway, and why: flows arriving soon after it
     /// fail at once instead of queueing behind one handshake timeout each.
     failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+    /// Where the connection's figures and failures are counted.
+    reg: Arc<Registry>,
 }
 
 /// One flow's stream pair. Dropped without [`Flow::finished`] set, it resets its stream:
@@ -145,7 +147,7 @@ impl Drop for Flow {
 
 impl Terminal {
     /// Binds the terminal's endpoint; connects later, on the first flow or [`Terminal::warm`].
-    pub fn start(t: &TunnelConfig) -> Result<Arc<Terminal>, String> {
+    pub fn start(t: &TunnelConfig, reg: Arc<Registry>) -> Result<Arc<Terminal>, String> {
         Ok(Arc::new(Terminal {
             ep: endpoint(t)?,
             peer: t.peer.expect("resolved config has the terminal's peer"),
@@ -153,6 +155,7 @@ impl Terminal {
             conn: tokio::sync::Mutex::new(None),
             reorder_limit: t.hop.reorder_limit(),
             failed: std::sync::Mutex::new(None),
+            reg,
         }))
     }
 
@@ -203,12 +206,16 @@ impl Terminal {
         let c = match attempt.await {
             Ok(c) => c,
             Err(e) => {
+                self.reg
+                    .counters
+                    .tunnel_handshake_failures
+                    .fetch_add(1, Relaxed);
                 *self.failed.lock().unwrap() = Some((std::time::Instant::now(), e.clone()));
                 return Err(e);
             }
         };
         info!(gateway = %self.peer, name = %self.peer_name, "tunnel up");
-        tokio::spawn(watch(c.clone()));
+        tokio::spawn(watch(c.clone(), self.reg.clone()));
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -421,12 +428,13 @@ pub async fn run_gateway(
                     let conn = match inc.await {
                         Ok(c) => c,
                         Err(e) => {
+                            reg.counters.tunnel_handshake_failures.fetch_add(1, Relaxed);
                             warn!(%from, error = %e, "refused a tunnel peer (handshake failed)");
                             return;
                         }
                     };
                     info!(%from, "tunnel peer authenticated");
-                    tokio::spawn(watch(conn.clone()));
+                    tokio::spawn(watch(conn.clone(), reg.clone()));
                     loop {
                         match conn.accept_bi().await {
                             Ok((send, recv)) => {
@@ -449,31 +457,79 @@ pub async fn run_gateway(
     Ok(())
 }
 
+/// A tunnel connection's figures, for logs and `/metrics`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TunnelFigures {
+    /// Smoothed and lowest RTT.
+    pub rtt: Duration,
+    /// Lowest RTT seen.
+    pub min_rtt: Duration,
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// Packets sent and declared lost.
+    pub sent: u64,
+    /// Packets declared lost.
+    pub lost: u64,
+    /// quinn's congestion events.
+    pub events: u64,
+    /// The satellite controller's loss events by kind (zero with other controllers).
+    pub random: u64,
+    /// Loss events the satellite controller took for congestion.
+    pub congestion: u64,
+    /// The satellite controller's model: bottleneck rate (bytes/s) and base RTT.
+    pub model_rate: u64,
+    /// The model's base RTT.
+    pub model_rtt: Option<Duration>,
+    /// Flow-control stalls sent (the window sizing is wrong if these grow).
+    pub blocked: u64,
+    /// UDP bytes sent and received.
+    pub udp_tx: u64,
+    /// UDP bytes received.
+    pub udp_rx: u64,
+    /// Path MTU in use.
+    pub mtu: u16,
+}
+
+impl TunnelFigures {
+    /// The figures of `c` now.
+    pub fn of(c: &quinn::Connection) -> TunnelFigures {
+        let s = c.stats();
+        let p = s.path;
+        let sat = c
+            .congestion_state()
+            .into_any()
+            .downcast::<satpep_tunnel::congestion::satellite::Satellite>()
+            .ok();
+        let losses = sat.as_ref().map(|x| x.losses()).unwrap_or_default();
+        let (model_rate, model_rtt) = sat.as_ref().map(|x| x.model()).unwrap_or_default();
+        TunnelFigures {
+            rtt: p.rtt,
+            min_rtt: p.min_rtt,
+            cwnd: p.cwnd,
+            sent: p.sent_packets,
+            lost: p.lost_packets,
+            events: p.congestion_events,
+            random: losses.random,
+            congestion: losses.congestion,
+            model_rate,
+            model_rtt,
+            blocked: s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked,
+            udp_tx: s.udp_tx.bytes,
+            udp_rx: s.udp_rx.bytes,
+            mtu: p.current_mtu,
+        }
+    }
+}
+
 /// The connection's path figures, for logs.
 fn log_stats(c: &quinn::Connection, closing: bool) {
-    let s = c.stats();
-    let p = s.path;
-    let sat = c
-        .congestion_state()
-        .into_any()
-        .downcast::<satpep_tunnel::congestion::satellite::Satellite>()
-        .ok();
-    let losses = sat.as_ref().map(|x| x.losses()).unwrap_or_default();
-    // The satellite controller's model: the rate and base RTT it found.
-    let (model_bw, model_rtt) = sat.as_ref().map(|x| x.model()).unwrap_or_default();
-    let rate_mbit = model_bw as f64 * 8e-6;
-    let base_rtt_ms = model_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e3);
-    let (rtt_ms, min_rtt_ms) = (p.rtt.as_secs_f64() * 1e3, p.min_rtt.as_secs_f64() * 1e3);
-    let (sent, lost, udp_tx, udp_rx) = (
-        p.sent_packets,
-        p.lost_packets,
-        s.udp_tx.bytes,
-        s.udp_rx.bytes,
-    );
-    let (cwnd, events, mtu) = (p.cwnd, p.congestion_events, p.current_mtu);
-    let (random, congestion) = (losses.random, losses.congestion);
-    // Flow control stalls, either way: the window sizing is wrong if these grow.
-    let blocked = s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked;
+    let f = TunnelFigures::of(c);
+    let rate_mbit = f.model_rate as f64 * 8e-6;
+    let base_rtt_ms = f.model_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    let (rtt_ms, min_rtt_ms) = (f.rtt.as_secs_f64() * 1e3, f.min_rtt.as_secs_f64() * 1e3);
+    let (sent, lost, udp_tx, udp_rx) = (f.sent, f.lost, f.udp_tx, f.udp_rx);
+    let (cwnd, events, mtu) = (f.cwnd, f.events, f.mtu);
+    let (random, congestion, blocked) = (f.random, f.congestion, f.blocked);
     if closing {
         info!(peer = %c.remote_address(), rtt_ms, min_rtt_ms, cwnd, sent, lost, events, random, congestion, rate_mbit, base_rtt_ms, blocked, udp_tx, udp_rx, mtu, "tunnel closed");
     } else {
@@ -481,14 +537,17 @@ fn log_stats(c: &quinn::Connection, closing: bool) {
     }
 }
 
-/// Logs a connection's figures every 5 s (debug) and when it closes (info).
-async fn watch(c: quinn::Connection) {
+/// Keeps a connection in `reg` (for `/metrics`) while it lives, and logs its figures every
+/// 5 s (debug) and when it closes (info).
+async fn watch(c: quinn::Connection, reg: Arc<Registry>) {
+    reg.tunnel_up(&c);
     loop {
         tokio::select! {
             _ = c.closed() => break,
             _ = tokio::time::sleep(Duration::from_secs(5)) => log_stats(&c, false),
         }
     }
+    reg.tunnel_down(&c);
     log_stats(&c, true);
 }
 

@@ -424,12 +424,21 @@ fn status_and_metrics_show_live_connections_with_both_legs() {
     assert!(m.contains("satpep_connections_total 1"), "{m}");
     let down: u64 = m
         .lines()
-        .find(|l| l.starts_with("satpep_relayed_bytes{direction=\"down\"}"))
+        .find(|l| l.starts_with("satpep_relayed_bytes_total{direction=\"down\"}"))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0);
     assert_eq!(down, got as u64, "{m}");
     // Spliced (the default), and the memory figures are there.
     assert!(m.contains("satpep_connections_copied_total 0"), "{m}");
+    // Prometheus's conventions: OpenMetrics served as such, counters end in _total, no
+    // -0.0 (a mean over no connections printed it), the version.
+    assert!(
+        m.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        "{m}"
+    );
+    assert!(m.contains("# TYPE satpep_leg_retransmitted_segments counter"), "{m}");
+    assert!(!m.contains("-0.0"), "{m}");
+    assert!(m.contains("satpep_build_info{version=\""), "{m}");
     let gauge = |name: &str| -> u64 {
         m.lines()
             .find(|l| l.starts_with(&format!("{name} ")))
@@ -1143,13 +1152,13 @@ fn connections_to_the_pep_box_itself_are_never_intercepted() {
         });
         assert_eq!(&client.join().unwrap(), b"hello");
         let peer = server.join().unwrap();
-        assert!(peer.starts_with("198.18.1.2") || peer == "2001:2:0:1::2", "{peer}");
+        assert!(
+            peer.starts_with("198.18.1.2") || peer == "2001:2:0:1::2",
+            "{peer}"
+        );
     }
     // None of them went through the proxy.
-    let log = std::fs::read_to_string(format!(
-        "/run/satpep/lab/{}/proxy-terminal.log",
-        lab.name
-    ))
-    .unwrap();
+    let log = std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name))
+        .unwrap();
     assert!(!log.contains(":931"), "{log}");
 }

@@ -100,6 +100,37 @@ fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
     let gw = log(&lab, "gateway");
     assert_eq!(gw.matches("tunnel peer authenticated").count(), 1, "{gw}");
     assert!(gw.matches("tunnel flow ").count() >= 2, "{gw}");
+    // Both ends export the live tunnel: one connection, its RTT on this 10 ms path, the
+    // packets it carried (more than 40 MB's worth one way), and no failed handshake.
+    for (host, sent_at_least) in [(Host::Terminal, 20_000.0), (Host::Gateway, 1_000.0)] {
+        let m = metrics(&lab, host);
+        let value = |name: &str| -> f64 {
+            m.lines()
+                .find(|l| l.starts_with(name) && !l.starts_with('#'))
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in\n{m}"))
+        };
+        assert_eq!(value("satpep_tunnel_connected "), 1.0, "{m}");
+        assert_eq!(value("satpep_tunnel_connections_total "), 1.0, "{m}");
+        assert_eq!(value("satpep_tunnel_handshake_failures_total "), 0.0, "{m}");
+        let rtt = value("satpep_tunnel_min_rtt_seconds{");
+        assert!((0.009..0.05).contains(&rtt), "{rtt} in\n{m}");
+        assert!(value("satpep_tunnel_sent_packets_total{") >= sent_at_least, "{m}");
+        assert!(value("satpep_tunnel_window_bytes{") > 0.0, "{m}");
+        assert!(m.contains("satpep_tunnel_loss_events_total{peer="), "{m}");
+        // No split connection is live at either end: no per-leg means (they printed -0.0).
+        assert!(!m.contains("satpep_leg_rtt_seconds{") && !m.contains("-0.0"), "{m}");
+    }
+}
+
+/// `/metrics` of the proxy in `host`, with the HTTP head.
+fn metrics(lab: &Lab, host: Host) -> String {
+    let out = lab
+        .command(host, "bash")
+        .args(["-c", "exec 3<>/dev/tcp/127.0.0.1/9917; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
