@@ -30,6 +30,9 @@ pub struct StatusReply {
     pub bypassed: u64,
 }
 
+/// A counter's value with one optional label (key, value; empty key: none).
+type LabelledValue = (&'static str, &'static str, u64);
+
 /// A metric family keyed by label pairs.
 type Labelled<M> = Family<Vec<(String, String)>, M>;
 
@@ -97,7 +100,7 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         "tunnel_model_rate_bits_per_second",
         "Bottleneck rate the satellite controller measured (payload)",
         r,
-        &|f| (f.model_rate > 0).then(|| f.model_rate as f64 * 8.0),
+        &|f| (f.model_rate > 0).then_some(f.model_rate as f64 * 8.0),
     );
     gauge(
         "tunnel_model_base_rtt_seconds",
@@ -105,24 +108,23 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         r,
         &|f| f.model_rtt.map(|d| d.as_secs_f64()),
     );
-    let counter =
-        |name: &str,
-         help: &str,
-         r: &mut prometheus_client::registry::Registry,
-         v: &dyn Fn(&TunnelFigures) -> Vec<(&'static str, &'static str, u64)>| {
-            let fam = Labelled::<Counter>::default();
-            for c in &tunnels {
-                let peer = c.remote_address().to_string();
-                for (key, val, x) in v(&TunnelFigures::of(c)) {
-                    let mut l = labels(&[("peer", &peer)]);
-                    if !key.is_empty() {
-                        l.push((key.into(), val.into()));
-                    }
-                    fam.get_or_create(&l).inc_by(x);
+    let counter = |name: &str,
+                   help: &str,
+                   r: &mut prometheus_client::registry::Registry,
+                   v: &dyn Fn(&TunnelFigures) -> Vec<LabelledValue>| {
+        let fam = Labelled::<Counter>::default();
+        for c in &tunnels {
+            let peer = c.remote_address().to_string();
+            for (key, val, x) in v(&TunnelFigures::of(c)) {
+                let mut l = labels(&[("peer", &peer)]);
+                if !key.is_empty() {
+                    l.push((key.into(), val.into()));
                 }
+                fam.get_or_create(&l).inc_by(x);
             }
-            r.register(name, help, fam);
-        };
+        }
+        r.register(name, help, fam);
+    };
     counter(
         "tunnel_sent_packets",
         "Packets sent on the tunnel connection",

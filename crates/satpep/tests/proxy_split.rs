@@ -436,7 +436,10 @@ fn status_and_metrics_show_live_connections_with_both_legs() {
         m.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
         "{m}"
     );
-    assert!(m.contains("# TYPE satpep_leg_retransmitted_segments counter"), "{m}");
+    assert!(
+        m.contains("# TYPE satpep_leg_retransmitted_segments counter"),
+        "{m}"
+    );
     assert!(!m.contains("-0.0"), "{m}");
     assert!(m.contains("satpep_build_info{version=\""), "{m}");
     let gauge = |name: &str| -> u64 {

@@ -115,11 +115,17 @@ fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
         assert_eq!(value("satpep_tunnel_handshake_failures_total "), 0.0, "{m}");
         let rtt = value("satpep_tunnel_min_rtt_seconds{");
         assert!((0.009..0.05).contains(&rtt), "{rtt} in\n{m}");
-        assert!(value("satpep_tunnel_sent_packets_total{") >= sent_at_least, "{m}");
+        assert!(
+            value("satpep_tunnel_sent_packets_total{") >= sent_at_least,
+            "{m}"
+        );
         assert!(value("satpep_tunnel_window_bytes{") > 0.0, "{m}");
         assert!(m.contains("satpep_tunnel_loss_events_total{peer="), "{m}");
         // No split connection is live at either end: no per-leg means (they printed -0.0).
-        assert!(!m.contains("satpep_leg_rtt_seconds{") && !m.contains("-0.0"), "{m}");
+        assert!(
+            !m.contains("satpep_leg_rtt_seconds{") && !m.contains("-0.0"),
+            "{m}"
+        );
     }
 }
 
