@@ -266,6 +266,26 @@ pub fn metrics(reg: &Registry) -> String {
         "Segments retransmitted per leg since start",
         retrans,
     );
+    r.register(
+        "interception_installed",
+        "1 while the interception rules are installed (checked every 2 s, reinstalled if removed)",
+        ConstGauge::new(k.interception_installed.load(Relaxed) as i64),
+    );
+    r.register(
+        "interception_reinstalls",
+        "Times the interception rules were found removed and installed again",
+        ConstCounter::new(k.interception_reinstalls.load(Relaxed)),
+    );
+    r.register(
+        "config_reloads",
+        "Configuration reloads (SIGHUP) applied",
+        ConstCounter::new(k.reloads.load(Relaxed)),
+    );
+    r.register(
+        "config_reload_failures",
+        "Configuration reloads refused (invalid file, rules that did not install)",
+        ConstCounter::new(k.reload_failures.load(Relaxed)),
+    );
     tunnel_metrics(&mut r, reg);
     r.register(
         "build",

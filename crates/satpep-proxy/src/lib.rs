@@ -5,6 +5,7 @@ pub mod adaptive;
 pub mod config;
 pub mod control;
 pub mod hold;
+pub mod lifecycle;
 pub mod netfilter;
 pub mod privileges;
 pub mod registry;

@@ -400,6 +400,22 @@ pub fn cleanup(mark: u32, table: u32) -> Vec<String> {
     found
 }
 
+/// Whether the proxy's nftables table is in place (Debian's `nftables.service` starts from
+/// `flush ruleset`: a reload of it removes the table).
+pub fn installed() -> bool {
+    run("nft", &["list", "table", "inet", TABLE], None).is_ok()
+}
+
+/// Replaces the nftables table with `cfg`'s in one transaction, so that there is no moment
+/// without it and live connections go on being delivered to their sockets.
+pub fn replace_ruleset(cfg: &ProxyConfig) -> Result<(), String> {
+    let text = format!(
+        "table inet {TABLE} {{}}\ndelete table inet {TABLE}\n{}",
+        ruleset(cfg)
+    );
+    run("nft", &["-f", "-"], Some(&text)).map(|_| ())
+}
+
 /// Installs the table, rules and routes for `cfg`, after removing any leftovers. On failure
 /// nothing is left installed.
 pub fn install(cfg: &ProxyConfig) -> Result<(), String> {

@@ -37,6 +37,14 @@ pub struct Counters {
     pub tunnel_connections: AtomicU64,
     /// Tunnel handshakes that failed (a peer refused, or not answering).
     pub tunnel_handshake_failures: AtomicU64,
+    /// 1 while the interception rules are installed (checked every few seconds).
+    pub interception_installed: AtomicU64,
+    /// Times the rules were found removed and installed again.
+    pub interception_reinstalls: AtomicU64,
+    /// Configuration reloads (SIGHUP) applied, and refused (the new file was invalid).
+    pub reloads: AtomicU64,
+    /// Configuration reloads refused.
+    pub reload_failures: AtomicU64,
 }
 
 /// One split connection.

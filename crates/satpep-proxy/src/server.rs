@@ -57,6 +57,7 @@ fn default_satellite_congestion(cfg: &mut ProxyConfig) {
 pub async fn run(
     cfg: ProxyConfig,
     shutdown: impl std::future::Future<Output = ()>,
+    reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
 ) -> Result<Arc<Registry>, String> {
     let mut cfg = cfg;
     default_satellite_congestion(&mut cfg);
@@ -134,7 +135,7 @@ pub async fn run(
     if let Some(t) = cfg.tunnel.clone().filter(|t| t.role == Role::Gateway) {
         // Toward the servers is the terrestrial leg, whatever satellite_side says.
         let server_leg = cfg.terrestrial.clone();
-        let r = gateway(cfg, t, server_leg, shutdown).await;
+        let r = gateway(cfg, t, server_leg, shutdown, reload).await;
         drop(bundled);
         return r;
     }
@@ -243,6 +244,11 @@ pub async fn run(
         .counters
         .memory_limit
         .store(cfg.max_memory, Relaxed);
+    let keeper = tokio::spawn(crate::lifecycle::keep(
+        cfg.clone(),
+        registry.clone(),
+        reload,
+    ));
     let cfg = Arc::new(cfg);
     let adaptive = cfg
         .adaptive
@@ -305,6 +311,7 @@ pub async fn run(
         warn!(live, "stopping: resetting live connections");
     }
     sampler.abort();
+    keeper.abort();
     if let Some(i) = idle {
         i.abort();
     }
@@ -606,6 +613,7 @@ async fn gateway(
     t: TunnelConfig,
     server_leg: crate::config::Leg,
     shutdown: impl std::future::Future<Output = ()>,
+    reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
 ) -> Result<Arc<Registry>, String> {
     // Credentials and the UDP port first: nothing is installed for a gateway that cannot run.
     let ep = crate::tunnel::endpoint(&t)?;
@@ -618,6 +626,11 @@ async fn gateway(
         netfilter::cleanup(cfg.mark, cfg.table);
         return Err(e);
     }
+    let keeper = tokio::spawn(crate::lifecycle::keep(
+        cfg.clone(),
+        registry.clone(),
+        reload,
+    ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
     // The gateway has no memory sampler; it still gives freed heap back.
@@ -646,6 +659,7 @@ async fn gateway(
         i.abort();
     }
     trimmer.abort();
+    keeper.abort();
     let live = registry.live().len();
     if live > 0 {
         warn!(live, "stopping: resetting live connections");

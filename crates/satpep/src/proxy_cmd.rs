@@ -38,21 +38,24 @@ pub struct ProxyCmd {
     cleanup: bool,
 }
 
-pub fn main(cmd: ProxyCmd) -> Result<(), String> {
-    let text = match &cmd.config {
+/// Reads and validates the configuration (the defaults without a file).
+fn load(path: Option<&std::path::Path>) -> Result<satpep_proxy::config::ProxyConfig, String> {
+    let text = match path {
         Some(p) => {
             std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?
         }
         None => String::new(),
     };
-    let name = cmd
-        .config
-        .as_ref()
+    let name = path
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "defaults".into());
-    let cfg = ProxyFile::parse(&text)
+    ProxyFile::parse(&text)
         .and_then(|f| f.resolve())
-        .map_err(|e| format!("{name}: {e}"))?;
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+pub fn main(cmd: ProxyCmd) -> Result<(), String> {
+    let cfg = load(cmd.config.as_deref())?;
     if cmd.check {
         print!("{}", satpep_proxy::netfilter::ruleset(&cfg));
         return Ok(());
@@ -80,6 +83,18 @@ pub fn main(cmd: ProxyCmd) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
+        // SIGHUP re-reads the configuration; the proxy applies what is safe (lifecycle.rs).
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+        let path = cmd.config.clone();
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                if tx.send(load(path.as_deref())).is_err() {
+                    break;
+                }
+            }
+        });
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -89,6 +104,8 @@ pub fn main(cmd: ProxyCmd) -> Result<(), String> {
                 _ = term.recv() => {},
             }
         };
-        satpep_proxy::server::run(cfg, shutdown).await.map(|_| ())
+        satpep_proxy::server::run(cfg, shutdown, rx)
+            .await
+            .map(|_| ())
     })
 }

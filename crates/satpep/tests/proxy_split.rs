@@ -1165,3 +1165,119 @@ fn connections_to_the_pep_box_itself_are_never_intercepted() {
         .unwrap();
     assert!(!log.contains(":931"), "{log}");
 }
+
+/// The proxy's nftables table in `host`.
+fn nft_table(lab: &Lab, host: Host) -> String {
+    let out = lab
+        .command(host, "nft")
+        .args(["list", "table", "inet", "satpep"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A value of `/metrics` in `host`.
+fn metric(lab: &Lab, host: Host, name: &str) -> f64 {
+    let out = lab
+        .command(host, "bash")
+        .args(["-c", "exec 3<>/dev/tcp/127.0.0.1/9917; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"])
+        .output()
+        .unwrap();
+    let m = String::from_utf8_lossy(&out.stdout);
+    m.lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{m}"))
+}
+
+#[test]
+fn flushed_rules_come_back_and_sighup_reloads_without_dropping_flows() {
+    let lab = split_lab("preload", "[both]\nrate='100Mbit'\ndelay='5ms'\n");
+    echo_server(&lab, 9320);
+    echo_server(&lab, 9321);
+    let connect = |port: u16| {
+        in_netns(&lab.ns(Host::Client), move || {
+            let s = TcpStream::connect(("198.18.3.2", port)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        })
+        .join()
+        .unwrap()
+    };
+    let log = || {
+        std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name)).unwrap()
+    };
+    // An nftables reload (Debian's nftables.service starts from `flush ruleset`).
+    assert_eq!(
+        metric(&lab, Host::Terminal, "satpep_interception_installed"),
+        1.0
+    );
+    let out = lab
+        .command(Host::Terminal, "nft")
+        .args(["flush", "ruleset"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!has_table(&lab, Host::Terminal));
+    let back = (0..40).any(|_| {
+        std::thread::sleep(Duration::from_millis(250));
+        has_table(&lab, Host::Terminal)
+    });
+    assert!(back, "the table was not installed again\n{}", log());
+    assert_eq!(
+        metric(&lab, Host::Terminal, "satpep_interception_reinstalls_total"),
+        1.0
+    );
+    // New connections are split again.
+    let mut s = connect(9320);
+    echo(&mut s, 1);
+    assert!(log().contains("198.18.3.2:9320"), "{}", log());
+    // SIGHUP with a new selection: port 9321 excluded. The live connection goes on.
+    let file = format!("/run/satpep/lab/{}/proxy-terminal.toml", lab.name);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", &file])
+        .output()
+        .unwrap();
+    let pid: i32 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the terminal proxy's pid");
+    std::fs::write(
+        &file,
+        text.replace("[intercept]\n", "[intercept]\nports_reloaded = 1\n"),
+    )
+    .unwrap();
+    // An invalid file is refused, and the proxy runs on as it was.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        metric(&lab, Host::Terminal, "satpep_config_reload_failures_total"),
+        1.0
+    );
+    echo(&mut s, 2);
+    let excluded = if text.contains("exclude_ports = [") {
+        text.replace("exclude_ports = [", "exclude_ports = [9321, ")
+    } else {
+        text.replace("[intercept]\n", "[intercept]\nexclude_ports = [9321]\n")
+    };
+    std::fs::write(&file, &excluded).unwrap();
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let applied = (0..20).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        nft_table(&lab, Host::Terminal).contains("9321")
+    });
+    assert!(applied, "{}", nft_table(&lab, Host::Terminal));
+    assert_eq!(
+        metric(&lab, Host::Terminal, "satpep_config_reloads_total"),
+        1.0
+    );
+    echo(&mut s, 3);
+    // The excluded port is forwarded, not split; the proxy still runs.
+    let mut t = connect(9321);
+    echo(&mut t, 4);
+    assert!(!log().contains("198.18.3.2:9321"), "{}", log());
+    assert!(log().contains("configuration reloaded"), "{}", log());
+    echo(&mut s, 5);
+}
