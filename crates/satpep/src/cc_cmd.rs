@@ -140,7 +140,14 @@ pub fn main(cmd: CcCmd) -> Result<(), String> {
                 capacity_kbps,
             };
             let mut loaded = Vec::new();
+            let registered = satpep_cc::available();
             for n in names_or_all(names) {
+                // Already registered (pinned by an earlier `load --pin`, or held by a running
+                // proxy): the goal is met, so say so and go on with the rest.
+                if registered.contains(&n) {
+                    eprintln!("{n}: already registered, kept as it is");
+                    continue;
+                }
                 let mut l = satpep_cc::load(&n, &opts)?;
                 if pin {
                     let p = l.pin()?;
@@ -150,7 +157,7 @@ pub fn main(cmd: CcCmd) -> Result<(), String> {
                 }
                 loaded.push(l);
             }
-            if pin {
+            if pin || loaded.is_empty() {
                 return Ok(());
             }
             eprintln!("holding them; Ctrl-C unloads");

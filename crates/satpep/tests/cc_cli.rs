@@ -60,6 +60,9 @@ fn a_loaded_controller_is_usable_by_any_socket_and_goes_away_when_unloaded() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (ok, _, err) = run(&["cc", "load", "satpep_scalable", "--pin"]);
     assert!(ok, "{err}");
+    // Loading it again is no error (the README's demo leaves one pinned): it is kept.
+    let (ok, _, err) = run(&["cc", "load", "satpep_scalable", "--pin"]);
+    assert!(ok && err.contains("already registered"), "{err}");
     // Any process can now select it by name.
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     use std::os::fd::AsRawFd;
