@@ -50,6 +50,11 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry) {
     let k = &reg.counters;
     let tunnels = reg.tunnels();
+    // Each connection's figures once per scrape (quinn's stats take its lock).
+    let figures: Vec<(String, TunnelFigures)> = tunnels
+        .iter()
+        .map(|c| (c.remote_address().to_string(), TunnelFigures::of(c)))
+        .collect();
     r.register(
         "tunnel_connected",
         "Live tunnel connections (a terminal: 1 when its tunnel is up)",
@@ -70,10 +75,9 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
                  r: &mut prometheus_client::registry::Registry,
                  v: &dyn Fn(&TunnelFigures) -> Option<f64>| {
         let fam = Labelled::<Gauge<f64, AtomicU64>>::default();
-        for c in &tunnels {
-            if let Some(x) = v(&TunnelFigures::of(c)) {
-                fam.get_or_create(&labels(&[("peer", &c.remote_address().to_string())]))
-                    .set(x);
+        for (peer, f) in &figures {
+            if let Some(x) = v(f) {
+                fam.get_or_create(&labels(&[("peer", peer)])).set(x);
             }
         }
         r.register(name, help, fam);
@@ -113,10 +117,9 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
                    r: &mut prometheus_client::registry::Registry,
                    v: &dyn Fn(&TunnelFigures) -> Vec<LabelledValue>| {
         let fam = Labelled::<Counter>::default();
-        for c in &tunnels {
-            let peer = c.remote_address().to_string();
-            for (key, val, x) in v(&TunnelFigures::of(c)) {
-                let mut l = labels(&[("peer", &peer)]);
+        for (peer, f) in &figures {
+            for (key, val, x) in v(f) {
+                let mut l = labels(&[("peer", peer)]);
                 if !key.is_empty() {
                     l.push((key.into(), val.into()));
                 }

@@ -415,12 +415,7 @@ fn status_and_metrics_show_live_connections_with_both_legs() {
     let got = reader.join().unwrap();
     assert!(got > 2_000_000);
     // Metrics count it, with the bytes of the closed connection folded in.
-    let out = lab
-        .command(Host::Gateway, "bash")
-        .args(["-c", "exec 3<>/dev/tcp/127.0.0.1/9917; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"])
-        .output()
-        .unwrap();
-    let m = String::from_utf8_lossy(&out.stdout);
+    let m = metrics(&lab, Host::Gateway);
     assert!(m.contains("satpep_connections_total 1"), "{m}");
     let down: u64 = m
         .lines()
@@ -1178,12 +1173,7 @@ fn nft_table(lab: &Lab, host: Host) -> String {
 
 /// A value of `/metrics` in `host`.
 fn metric(lab: &Lab, host: Host, name: &str) -> f64 {
-    let out = lab
-        .command(host, "bash")
-        .args(["-c", "exec 3<>/dev/tcp/127.0.0.1/9917; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"])
-        .output()
-        .unwrap();
-    let m = String::from_utf8_lossy(&out.stdout);
+    let m = metrics(lab, host);
     m.lines()
         .find(|l| l.starts_with(&format!("{name} ")))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())

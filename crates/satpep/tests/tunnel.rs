@@ -129,16 +129,6 @@ fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
     }
 }
 
-/// `/metrics` of the proxy in `host`, with the HTTP head.
-fn metrics(lab: &Lab, host: Host) -> String {
-    let out = lab
-        .command(host, "bash")
-        .args(["-c", "exec 3<>/dev/tcp/127.0.0.1/9917; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn refused_and_unreachable_servers_reset_fast_clients_and_refuse_strict_ones() {
     // 200 ms RTT.

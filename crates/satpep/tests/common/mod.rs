@@ -175,3 +175,14 @@ pub fn assert_exchange_intact(
         "server→client data corrupted"
     );
 }
+
+/// `/metrics` of the proxy in `host` (its default endpoint), with the HTTP head.
+#[allow(dead_code)]
+pub fn metrics(lab: &Lab, host: satpep_lab::Host) -> String {
+    let out = lab
+        .command(host, "bash")
+        .args(["-c", "exec 3<>/dev/tcp/127.0.0.1/9917; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
