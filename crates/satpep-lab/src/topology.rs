@@ -800,6 +800,7 @@ impl Lab {
                 .unwrap_or_default();
             let limit = pep
                 .max_connections
+                .or_else(spliced_max_connections)
                 .map(|m| format!("max_connections = {m}\n"))
                 .unwrap_or_default()
                 + &pep
@@ -1019,6 +1020,23 @@ impl Drop for Lab {
             }
         }
     }
+}
+
+/// The lab's proxies' `max_connections` when a test names none: on a machine whose hard
+/// descriptor limit cannot be raised (no CAP_SYS_RESOURCE, a 20 000 limit), the proxy's
+/// default of 10 000 connections would take every descriptor and leave no kernel pipes, so
+/// "splice" runs would silently copy. `None` when the limit fits the default.
+fn spliced_max_connections() -> Option<u32> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit we own.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    // The proxy's own reckoning: six descriptors per split connection (two sockets, two
+    // pipes) and 1 280 spare.
+    let fits = r.rlim_max.saturating_sub(1280) / 6;
+    (fits < 10_000).then(|| fits.max(64) as u32)
 }
 
 #[cfg(test)]

@@ -115,12 +115,13 @@ pub async fn relay(
         close_cleanly(SockRef::from(&*client));
         close_cleanly(SockRef::from(&*server));
     }
-    // A direction still running when the other was reset was cut off.
-    let (up_end, up) = up_end.unwrap_or((End::ResetOut, 0));
-    let (down_end, down) = down_end.unwrap_or((End::ResetOut, 0));
+    // A direction still running when the other was reset was cut off; what it relayed
+    // until then is in its live count.
+    let (up_end, up_bytes) = up_end.unwrap_or((End::ResetOut, up.load(Relaxed)));
+    let (down_end, down_bytes) = down_end.unwrap_or((End::ResetOut, down.load(Relaxed)));
     Relayed {
-        up,
-        down,
+        up: up_bytes,
+        down: down_bytes,
         up_end,
         down_end,
         copied,
@@ -405,5 +406,56 @@ async fn one_way(
             w = w.writable(), if want_write => if w.is_err() { return (End::ResetOut, count) },
             else => return (End::ResetOut, count),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// Two connected loopback sockets: (the far end, the proxy's end).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let far = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (near, _) = l.accept().await.unwrap();
+        (far, near)
+    }
+
+    #[tokio::test]
+    async fn a_reset_flow_reports_the_bytes_the_other_direction_relayed() {
+        let (mut user, mut client) = pair().await;
+        let (mut origin, mut server) = pair().await;
+        let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
+        let abort = tokio::sync::Notify::new();
+        let relayed = relay(
+            &mut client,
+            &mut server,
+            64 << 10,
+            false,
+            &up,
+            &down,
+            &abort,
+        );
+        let ends = async {
+            let data = vec![7u8; 1 << 20];
+            origin.write_all(&data).await.unwrap();
+            let mut got = vec![0u8; data.len()];
+            user.read_exact(&mut got).await.unwrap();
+            // The client goes away with a reset while the server's direction is still open.
+            SockRef::from(&user)
+                .set_linger(Some(std::time::Duration::ZERO))
+                .unwrap();
+            drop(user);
+            origin
+        };
+        let (r, _origin) = tokio::join!(relayed, ends);
+        assert!(matches!(r.up_end, End::ResetIn), "up ended {:?}", r.up_end);
+        assert_eq!(
+            r.down,
+            1 << 20,
+            "the megabyte relayed down before the reset"
+        );
     }
 }

@@ -31,7 +31,7 @@ pub const DEFAULT_SATELLITE_CONGESTION: &str = "bbr";
 
 /// Selects `cc` on a throwaway socket: whether this kernel has it (a kernel controller not
 /// loaded yet, such as bbr, is loaded by selecting it once).
-fn try_congestion(cc: &str) -> std::io::Result<()> {
+pub(crate) fn try_congestion(cc: &str) -> std::io::Result<()> {
     let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
     crate::sockets::set_congestion(probe.as_raw_fd(), cc)
 }
@@ -141,20 +141,13 @@ pub async fn run(
     }
     // A split connection holds two sockets here, a tunnel flow one. Past what fits, new
     // connections bypass (as at proxy.max_connections) instead of failing to be accepted.
-    let budget = crate::sockets::fd_budget(
-        cfg.max_connections,
-        if cfg.tunnel.is_some() { 1 } else { 2 },
-    );
+    let budget = crate::preflight::fd_budget(&cfg);
     crate::relay::set_pipe_budget(budget.pipes);
-    if budget.connections < u64::from(cfg.max_connections) {
-        warn!(
-            limit = budget.limit,
-            "the descriptor limit fits {} connections, not proxy.max_connections = {}: past them new connections bypass; raise the hard limit (LimitNOFILE) to {} for all",
-            budget.connections,
-            cfg.max_connections,
-            u64::from(cfg.max_connections) * 6 + 1280
-        );
-    } else {
+    let short = crate::preflight::budget_shortfall(&cfg, &budget);
+    for w in &short {
+        warn!(limit = budget.limit, "{w}");
+    }
+    if short.is_empty() {
         tracing::debug!(
             limit = budget.limit,
             pipes = budget.pipes,

@@ -391,8 +391,9 @@ async fn relay(
     } else {
         crate::sockets::close_cleanly(SockRef::from(&*tcp));
     }
-    let (to_stream_end, sent) = a.unwrap_or((End::ResetOut, 0));
-    let (to_tcp_end, received) = b.unwrap_or((End::ResetOut, 0));
+    // A direction cut off by the other's reset: what it relayed is in its live count.
+    let (to_stream_end, sent) = a.unwrap_or((End::ResetOut, to_stream.load(Relaxed)));
+    let (to_tcp_end, received) = b.unwrap_or((End::ResetOut, to_tcp.load(Relaxed)));
     FlowEnd {
         sent,
         received,

@@ -30,7 +30,11 @@ pub struct ProxyCmd {
     /// Configuration file (TOML; every key optional).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Validate the configuration, print the nftables rules it would install, and exit.
+    /// Check everything a start would refuse or quietly degrade, without intercepting
+    /// anything: the configuration, congestion controls (satpep's own are loaded and unloaded
+    /// again), the tunnel's certificate and key (readable, the key matching), the nftables
+    /// ruleset (`nft --check`), Fast Open, the descriptor budget and forwarding. Prints the
+    /// ruleset on stdout and each finding on stderr; exits non-zero on any error.
     #[arg(long)]
     check: bool,
     /// Remove anything a previous run left installed, and exit.
@@ -57,8 +61,7 @@ fn load(path: Option<&std::path::Path>) -> Result<satpep_proxy::config::ProxyCon
 pub fn main(cmd: ProxyCmd) -> Result<(), String> {
     let cfg = load(cmd.config.as_deref())?;
     if cmd.check {
-        print!("{}", satpep_proxy::netfilter::ruleset(&cfg));
-        return Ok(());
+        return check(&cfg);
     }
     if cmd.cleanup {
         let found = satpep_proxy::netfilter::cleanup(cfg.mark, cfg.table);
@@ -108,4 +111,29 @@ pub fn main(cmd: ProxyCmd) -> Result<(), String> {
             .await
             .map(|_| ())
     })
+}
+
+/// `--check`: the ruleset on stdout, findings on stderr, an error if any finding is one.
+fn check(cfg: &satpep_proxy::config::ProxyConfig) -> Result<(), String> {
+    use satpep_proxy::preflight::{preflight, Severity};
+    print!("{}", satpep_proxy::netfilter::ruleset(cfg));
+    let found = preflight(cfg);
+    let errors = found
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    for f in &found {
+        let level = match f.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        eprintln!("{level}: {}", f.message);
+    }
+    if errors > 0 {
+        return Err(format!(
+            "the check found {errors} error(s); satpep proxy would not start"
+        ));
+    }
+    eprintln!("check passed ({} warning(s))", found.len() - errors);
+    Ok(())
 }

@@ -1,0 +1,200 @@
+//! `satpep proxy --check`: what a start would refuse or quietly degrade, found without
+//! starting (nothing is intercepted, no socket listens). A start refuses the same errors.
+
+use crate::config::{ProxyConfig, Role};
+use crate::sockets::FdBudget;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// A start would fail.
+    Error,
+    /// A start would run, but not as configured (fewer connections, copies instead of
+    /// splice, traffic not forwarded).
+    Warning,
+}
+
+/// One thing the check found, naming the config key or the system setting at fault.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// Error or warning.
+    pub severity: Severity,
+    /// What is wrong and what to do about it.
+    pub message: String,
+}
+
+/// Raises the descriptor limit as a start would and says what fits (see
+/// [`crate::sockets::fd_budget`]): a split connection holds two sockets, a tunnel flow one.
+pub fn fd_budget(cfg: &ProxyConfig) -> FdBudget {
+    crate::sockets::fd_budget(
+        cfg.max_connections,
+        if cfg.tunnel.is_some() { 1 } else { 2 },
+    )
+}
+
+/// What the descriptor budget leaves out of the configuration: connections past it bypass,
+/// and with splice, directions past the pipes copy. Connections come first.
+pub fn budget_shortfall(cfg: &ProxyConfig, b: &FdBudget) -> Vec<String> {
+    let all = u64::from(cfg.max_connections) * 6 + 1280;
+    let mut v = Vec::new();
+    if b.connections < u64::from(cfg.max_connections) {
+        v.push(format!(
+            "the descriptor limit ({}) fits {} connections, not proxy.max_connections = {}: past them new connections bypass; raise the hard limit (LimitNOFILE) to {all} for all",
+            b.limit, b.connections, cfg.max_connections
+        ));
+    }
+    if cfg.splice && b.pipes < 2 * b.connections {
+        v.push(format!(
+            "proxy.relay = \"splice\": the descriptor limit ({}) leaves kernel pipes for {} of {} connections, the rest copy (satpep_connections_copied_total); raise the hard limit (LimitNOFILE) to {all} to splice all",
+            b.limit,
+            b.pipes / 2,
+            b.connections
+        ));
+    }
+    v
+}
+
+/// The congestion controls the configuration names, each with the key that names it.
+pub fn wanted_congestion(cfg: &ProxyConfig) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = [
+        (&cfg.satellite, "satellite"),
+        (&cfg.terrestrial, "terrestrial"),
+    ]
+    .iter()
+    .filter_map(|(l, side)| Some((l.congestion.clone()?, format!("{side}.congestion"))))
+    .collect();
+    if let Some(a) = &cfg.adaptive {
+        for (class, cc) in &a.policy {
+            if !cc.is_empty() {
+                v.push((cc.clone(), format!("adaptive.policy.{}", class.name())));
+            }
+        }
+    }
+    v
+}
+
+/// Runs every check. The proxy's own controllers are loaded and unloaded again to prove the
+/// kernel takes them; the ruleset goes through `nft --check`.
+pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut error = |m: String| {
+        out.push(Finding {
+            severity: Severity::Error,
+            message: m,
+        })
+    };
+    // Fast Open, as a start checks it: the leg toward the clients listens, the other
+    // connects.
+    let (fo_listen, fo_connect) = crate::sockets::fastopen_enabled();
+    let (sat, ter) = (
+        (&cfg.satellite, "satellite"),
+        (&cfg.terrestrial, "terrestrial"),
+    );
+    let (down, up) = if cfg.satellite_upstream {
+        (ter, sat)
+    } else {
+        (sat, ter)
+    };
+    if down.0.fastopen && !fo_listen {
+        error(format!(
+            "{}.fastopen: this host refuses Fast Open on listeners; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
+            down.1
+        ));
+    }
+    if up.0.fastopen && !fo_connect {
+        error(format!(
+            "{}.fastopen: this host refuses Fast Open on connecting sockets; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
+            up.1
+        ));
+    }
+    // Congestion controls: the kernel's, or satpep's own (loaded for the check).
+    let available = satpep_cc::available();
+    for (cc, key) in wanted_congestion(cfg) {
+        if available.contains(&cc) || crate::server::try_congestion(&cc).is_ok() {
+            continue;
+        }
+        if satpep_cc::BUNDLED.iter().any(|b| b.name == cc) {
+            if let Err(e) = satpep_cc::load(&cc, &satpep_cc::Options::default()) {
+                error(format!("{key}: {e}"));
+            }
+            continue;
+        }
+        let ours: Vec<&str> = satpep_cc::BUNDLED.iter().map(|b| b.name).collect();
+        error(format!(
+            "{key}: '{cc}' is not a congestion control of this kernel (it has: {}; satpep brings: {})",
+            available.join(" "),
+            ours.join(" ")
+        ));
+    }
+    // The tunnel's certificates: readable, chained to a CA file, the key matching the
+    // certificate (rustls compares their public keys).
+    if let Some(t) = &cfg.tunnel {
+        let tls = satpep_tunnel::keys::Credentials::load(&t.ca, &t.cert, &t.key).and_then(|c| {
+            match t.role {
+                Role::Gateway => c.server_tls().map(|_| ()),
+                Role::Terminal => c.client_tls().map(|_| ()),
+            }
+        });
+        if let Err(e) = tls {
+            error(e);
+        }
+    }
+    // The ruleset, as nftables would take it.
+    match nft_check(&crate::netfilter::ruleset(cfg)) {
+        Ok(()) => {}
+        Err(e) => error(e),
+    }
+    let mut warning = |m: String| {
+        out.push(Finding {
+            severity: Severity::Warning,
+            message: m,
+        })
+    };
+    for w in budget_shortfall(cfg, &fd_budget(cfg)) {
+        warning(w);
+    }
+    // A PEP sits in the path: what it does not intercept (UDP, other ports, bypassed
+    // connections) it must route.
+    for (path, v) in [
+        ("net/ipv4/ip_forward", "IPv4"),
+        ("net/ipv6/conf/all/forwarding", "IPv6"),
+    ] {
+        let on = std::fs::read_to_string(format!("/proc/sys/{path}"))
+            .map(|s| s.trim() != "0")
+            .unwrap_or(true);
+        if !on {
+            warning(format!(
+                "{} = 0: this host does not forward {v}, so only intercepted connections cross it (sysctl -w {}=1)",
+                path.replace('/', "."),
+                path.replace('/', ".")
+            ));
+        }
+    }
+    out
+}
+
+/// `nft --check` of `ruleset`: the error names what nftables refused.
+fn nft_check(ruleset: &str) -> Result<(), String> {
+    let mut child = Command::new("nft")
+        .args(["--check", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run nft (is nftables installed?): {e}"))?;
+    // nft reads the whole file before it answers, so one write then wait cannot deadlock.
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(ruleset.as_bytes());
+    }
+    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "nftables refuses the ruleset (nft --check): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
