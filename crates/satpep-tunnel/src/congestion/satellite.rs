@@ -20,11 +20,13 @@
 //! - **Rate rises**: every [`CRUISE_ROUNDS`] rounds the window probes half a slack above the
 //!   model; room found doubles the probe (BBRv3's probe up), and three in a row, or two
 //!   rounds whose full window met no queue, restart growth at ×1.5 a round.
-//! - **A queue that is not its own**: three drains that leave a queue, with a loss from an
-//!   overflowing buffer or a queue larger than anything this sender has in flight, mean a
-//!   loss-based sender keeps the buffer full. Then delay is no signal: the window grows as
-//!   Hybla's and shrinks by 30 % on losses with a queue, for at least [`COMPETE_AT_LEAST`],
-//!   after which a drain checks whether the competitor left (Copa's mode switch).
+//! - **A queue that is not its own**: drains that leave a queue (three with a loss from an
+//!   overflowing buffer or a queue larger than anything this sender has in flight, four
+//!   otherwise) mean a loss-based sender keeps the buffer full. Then delay is no signal:
+//!   the window follows CUBIC, as the hosts' own TCP does, but never below half the link's
+//!   rate over the RTT now (its fair share, [`Core::fair_share`]), for at least
+//!   [`COMPETE_AT_LEAST`], after which a drain checks whether the competitor left (Copa's
+//!   mode switch).
 //! - **Losses** with no queue above the budget are the channel's noise, repaired without
 //!   slowing down (Tarang's and Westwood+'s idea, 004 §4). Counted by kind. But a round that
 //!   loses far more than the noise (measured in drains) while a queue of a few ms stands
@@ -65,6 +67,9 @@ const MIN_RTT_ROUNDS: u32 = 16;
 const CRUISE_ROUNDS: u32 = 4;
 /// Window in a drain round, as a share of rate × base RTT.
 const DRAIN_GAIN: f64 = 0.94;
+/// CUBIC's constant and multiplicative decrease (RFC 9438), for the competitive mode.
+const CUBIC_C: f64 = 0.4;
+const CUBIC_BETA: f64 = 0.7;
 /// Least time in the competitive mode before a drain checks whether the competitor left.
 const COMPETE_AT_LEAST: Duration = Duration::from_secs(20);
 /// Window before anything is known, packets (one connection carries every flow).
@@ -260,6 +265,12 @@ pub struct Core {
     bw_peak: u64,
     /// When the competitive mode began.
     compete_since: Instant,
+    /// The link's rate when the competitive mode began (the highest this sender saw).
+    compete_link: u64,
+    /// The competitive mode's CUBIC state: the window before the last cut (packets) and
+    /// when that cut was.
+    cubic_max: f64,
+    cubic_epoch: Instant,
     bw_samples: VecDeque<u64>,
     min_rtt: Option<Duration>,
     /// (time, lowest RTT) per round, for the min filter.
@@ -327,6 +338,9 @@ impl Core {
             bw: 0,
             bw_peak: 0,
             compete_since: now,
+            compete_link: 0,
+            cubic_max: 0.0,
+            cubic_epoch: now,
             bw_samples: VecDeque::new(),
             min_rtt: None,
             rtt_samples: VecDeque::new(),
@@ -549,9 +563,12 @@ impl Core {
         self.reacted_at = Some(now);
         match self.phase {
             Phase::Compete => {
-                // A loss with a queue: back off as the loss-based competitor does.
-                self.window = (self.window as f64 * 0.7) as u64;
-                self.window = self.window.max(self.min_window());
+                // A loss with a queue: back off as the loss-based competitor (CUBIC, every
+                // Linux host's default) does, and grow back as it does.
+                self.cubic_max = self.window as f64 / self.mtu as f64;
+                self.cubic_epoch = now;
+                self.window = (self.window as f64 * CUBIC_BETA) as u64;
+                self.window = self.window.max(self.fair_share());
                 return;
             }
             Phase::Startup => {
@@ -657,10 +674,12 @@ impl Core {
             }
             Phase::Compete => {
                 if !app_limited {
-                    // Hybla's growth: ρ² packets a round, ρ = base RTT / 25 ms.
-                    let rho = (self.base().as_secs_f64() / 0.025).max(1.0);
-                    let add = rho * rho * self.mtu as f64 * bytes as f64 / self.window as f64;
-                    self.window += add.max(1.0) as u64;
+                    // Up to the fair share ×1.25 a round, then as CUBIC.
+                    self.window += if self.window < self.fair_share() {
+                        bytes / 4
+                    } else {
+                        self.cubic_growth(now, bytes)
+                    };
                 }
             }
             Phase::Cruise | Phase::Probe => {
@@ -688,6 +707,44 @@ impl Core {
                 target
             };
         }
+    }
+
+    /// The competitive mode's least window: half of the link's rate (as measured before the
+    /// competitor came) over the RTT now. With a buffer kept full, the bottleneck serves
+    /// each sender in proportion to what it has in flight, so this window gets half the
+    /// link whatever the competitor holds. Without it, as CUBIC alone, the tunnel kept a
+    /// quarter to a third: its paced packets meet the full buffer at every overflow while
+    /// a window-clocked competitor's mostly do not, so it cut far more often (the known
+    /// unfairness of pacing against drop-tail), and CUBIC's fairness converges over tens of
+    /// seconds on a GEO path anyway.
+    fn fair_share(&self) -> u64 {
+        bytes_in(self.compete_link / 2, self.smoothed).max(self.min_window())
+    }
+
+    /// What the competitive mode adds for `bytes` acknowledged: CUBIC's window (RFC 9438:
+    /// C = 0.4, β = 0.7, the TCP-friendly region included), reached over a round as CUBIC
+    /// does. As aggressive as the hosts' own TCP on the same path, so the two share it;
+    /// Hybla's ρ² packets a round, used before, overflowed a GEO buffer by hundreds of
+    /// packets every few rounds and stalled the tunnel's streams on the repairs.
+    fn cubic_growth(&self, now: Instant, bytes: u64) -> u64 {
+        let mtu = self.mtu as f64;
+        let w = self.window as f64 / mtu;
+        let rtt = self.base().as_secs_f64().max(0.001);
+        let t = now
+            .saturating_duration_since(self.cubic_epoch)
+            .as_secs_f64()
+            + rtt;
+        let k = (self.cubic_max * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
+        let cubic = CUBIC_C * (t - k).powi(3) + self.cubic_max;
+        let reno =
+            self.cubic_max * CUBIC_BETA + 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA) * t / rtt;
+        // At most ×1.5 a round, as CUBIC caps its target.
+        let target = cubic.max(reno).min(1.5 * w);
+        if target <= w {
+            // CUBIC still creeps up on its plateau: one packet per 100 windows acked.
+            return (bytes as f64 / 100.0) as u64;
+        }
+        ((target - w) / w * bytes as f64) as u64
     }
 
     /// A probe found no more rate: back to the model, through a drain when the base RTT
@@ -723,12 +780,23 @@ impl Core {
         // More bytes queued (at the fastest rate this hop ever delivered) than this sender
         // has in flight at all: the queue is someone else's.
         let foreign = bytes_in(self.bw_peak, self.queue()) > 2 * self.window;
-        if self.undrained >= 3 && (self.overflowed_since_drain || foreign) {
-            // Three drains and the queue stays, overflowing or not ours: another sender
-            // fills the buffer. (A link that keeps slowing, a fade deepening step by step,
-            // also leaves a queue after each drain, but no overflow: the drains keep it
-            // below the buffer, and the queue is ours.)
-            self.window = bytes_in(self.bw, self.base() + self.queue()).max(self.min_window());
+        if (self.undrained >= 3 && (self.overflowed_since_drain || foreign)) || self.undrained >= 4
+        {
+            // Drains and the queue stays: another sender fills the buffer. Three if the
+            // buffer overflowed or the queue is more than this sender has in flight; four
+            // otherwise (a CUBIC competitor after its cut keeps a standing queue for
+            // seconds without overflowing, and each drain cut this sender's rate by a
+            // sixth or more). A link that slows step by step also leaves a queue after a
+            // drain, but seldom three times in a row: each cut follows the queue's reading.
+            // The drains cut the rate toward nothing while the competitor held its queue:
+            // start from half of what the link carried (a fair share), not from there.
+            let share = bytes_in(self.bw_peak, self.base() + self.queue()) / 2;
+            self.window = bytes_in(self.bw, self.base() + self.queue())
+                .max(share)
+                .max(self.min_window());
+            self.cubic_max = self.window as f64 / self.mtu as f64;
+            self.cubic_epoch = now;
+            self.compete_link = self.bw_peak;
             self.compete_since = now;
             self.enter(Phase::Compete, now);
             return;
@@ -771,12 +839,15 @@ impl Core {
             self.bw = self.bw_samples.iter().copied().max().unwrap_or(0);
             self.bw_peak = self.bw_peak.max(self.bw);
         }
-        if let Some(r) = self.round.min_rtt {
+        if let Some(r) = self.round.min_rtt.filter(|_| self.phase != Phase::Compete) {
             self.rtt_samples.push_back((now, r));
         }
-        // Forget old minima, keeping at least MIN_RTT_ROUNDS rounds and MIN_RTT_WINDOW.
+        // Forget old minima, keeping at least MIN_RTT_ROUNDS rounds and MIN_RTT_WINDOW; not
+        // against a competitor, whose queue never empties: the base RTT would become the
+        // full buffer's, and the drain that checks whether it left would find no queue.
         let keep = self.min_rtt_span();
-        while self.rtt_samples.len() > 1
+        while self.phase != Phase::Compete
+            && self.rtt_samples.len() > 1
             && now.saturating_duration_since(self.rtt_samples[0].0) > keep
         {
             self.rtt_samples.pop_front();
@@ -862,6 +933,11 @@ impl Core {
                 let share = self.rate_at_queue();
                 self.set_bw(share);
                 self.undrained = 2;
+                // The base RTT from before the competitor is what the drain compares with:
+                // time spent competing does not age it.
+                for sample in &mut self.rtt_samples {
+                    sample.0 = now;
+                }
                 self.enter(Phase::Drain, now);
             }
             _ => {}
@@ -1042,7 +1118,9 @@ mod tests {
 
     /// The link at a moment: `rate` payload bytes/s, propagation RTT `base`, a FIFO queue of
     /// `queue_limit` bytes, every `loss_every`-th packet lost to noise (0: none), and
-    /// `cross` bytes/s of other traffic through the same queue.
+    /// `cross` bytes/s of other traffic through the same queue, and from `competitor` s on a
+    /// loss-based sender (CUBIC, as a fluid: its window over the RTT it meets, growing as
+    /// the cubic function, cut by 30 % once a round when the buffer overflows).
     #[derive(Clone, Copy)]
     struct Link {
         rate: f64,
@@ -1050,6 +1128,7 @@ mod tests {
         queue_limit: u64,
         loss_every: u64,
         cross: f64,
+        competitor: Option<f64>,
     }
 
     /// What one packet met: (send time s, ack time s, queueing delay ms; None if lost).
@@ -1066,6 +1145,8 @@ mod tests {
         let mut next_send = t0;
         let mut next_print = t0;
         let mut queue = 0f64;
+        // The competitor's window and window before its last cut (bytes), and when it cut (s).
+        let mut cubic = (0f64, 0f64, 0f64);
         // (ack time, send time, bytes, lost, queueing delay ms)
         let mut acks: VecDeque<(Instant, Instant, u64, bool, f64)> = VecDeque::new();
         let mut n = 0u64;
@@ -1095,8 +1176,27 @@ mod tests {
                     queue
                 );
             }
-            queue =
-                (queue + (l.cross - l.rate) * step.as_secs_f64()).clamp(0.0, l.queue_limit as f64);
+            let dt = step.as_secs_f64();
+            let mut offered = l.cross * dt;
+            if let Some(from) = l.competitor.filter(|from| t >= *from) {
+                let rtt = l.base.as_secs_f64() + queue / l.rate;
+                let pkt = MTU as f64;
+                if cubic.0 == 0.0 {
+                    // It arrives with a BDP, as after its slow start on an idle link.
+                    cubic = (l.rate * l.base.as_secs_f64(), 0.0, from);
+                }
+                let (w, w_max, epoch) = &mut cubic;
+                let sent = *w / rtt * dt;
+                offered += sent;
+                if queue + sent > l.queue_limit as f64 && t - *epoch > rtt {
+                    *w_max = *w;
+                    *w = (*w * 0.7).max(2.0 * pkt);
+                    *epoch = t;
+                }
+                let k = (*w_max / pkt * 0.3 / 0.4).cbrt();
+                *w = w.max((0.4 * (t - *epoch - k).powi(3)) * pkt + *w_max);
+            }
+            queue = (queue + offered - l.rate * dt).clamp(0.0, l.queue_limit as f64);
             while let Some(&(at, sent, bytes, lost, q)) = acks.front() {
                 if at > now {
                     break;
@@ -1161,7 +1261,23 @@ mod tests {
             queue_limit: 3_500_000,
             loss_every: 0,
             cross: 0.0,
+            competitor: None,
         }
+    }
+
+    #[test]
+    fn holds_about_half_the_link_against_a_loss_based_competitor() {
+        // A loss-based flow arrives at 10 s and keeps the 1-BDP buffer full: delay is no
+        // signal then, and yielding to it would leave the tunnel nothing.
+        let link = |t: f64| Link {
+            competitor: Some(10.0),
+            ..geo(t)
+        };
+        let mut c = Core::new(hop(None), MTU, Instant::now());
+        let p = simulate(&mut c, &link, 60.0);
+        // From 10 s after it came: found within a few drains, then about half.
+        let share = delivered(&p, 20.0, 60.0) / (GEO * 40.0);
+        assert!((0.4..0.6).contains(&share), "share of the link {share}");
     }
 
     #[test]
@@ -1229,6 +1345,7 @@ mod tests {
         // 20 of 50 Mbit/s taken by constant-rate traffic from 15 s on.
         let shared = |t: f64| Link {
             cross: if t >= 15.0 { 20e6 / 8.0 } else { 0.0 },
+            competitor: None,
             ..geo(0.0)
         };
         let p = simulate(&mut c, &shared, 35.0);
@@ -1250,6 +1367,7 @@ mod tests {
             queue_limit: 1_000_000,
             loss_every: 0,
             cross: 0.0,
+            competitor: None,
         };
         let p = simulate(&mut c, &leo, 15.0);
         let m = c.min_rtt().unwrap();
@@ -1318,6 +1436,7 @@ mod tests {
             queue_limit: 250_000,
             loss_every: 0,
             cross: 0.0,
+            competitor: None,
         };
         let mut c = Core::new(hop(None), MTU, Instant::now());
         let p = simulate(&mut c, &shallow, 10.0);
