@@ -205,6 +205,9 @@ pub struct Pep {
     pub satellite_toml: Option<String>,
     /// More `[proxy]` keys for both proxies, as TOML lines (e.g. "idle_timeout = \"2s\"").
     pub proxy_toml: Option<String>,
+    /// How long the proxies let live connections finish when stopped, e.g. "10s" (default
+    /// "0s": a lab is torn down at once, not drained for the proxy's default 30 s).
+    pub drain: Option<String>,
     /// Run a proxy only in the terminal host, not also in the gateway.
     pub terminal_only: bool,
     /// Distributed mode with this tunnel controller (satellite, hybla, cubic, bbr, newreno):
@@ -818,6 +821,7 @@ impl Lab {
                     .as_ref()
                     .map(|r| format!("relay = \"{r}\"\n"))
                     .unwrap_or_default()
+                + &format!("drain = \"{}\"\n", pep.drain.as_deref().unwrap_or("0s"))
                 + pep.proxy_toml.as_deref().unwrap_or_default();
             // What this proxy is told about the link: each end sends at its own direction's
             // rate (the gateway forward, down to the terminal; the terminal return).

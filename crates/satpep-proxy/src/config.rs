@@ -365,6 +365,10 @@ pub struct ProxySection {
     /// Connections with no byte either way for this long are reset on both legs. "0s"
     /// (the default) never does.
     pub idle_timeout: String,
+    /// On SIGTERM or SIGINT, new connections bypass the proxy and live ones may finish for up
+    /// to this long before the rest are reset; a second signal resets them at once. "0s"
+    /// resets them at once.
+    pub drain: String,
 }
 
 impl Default for ProxySection {
@@ -383,6 +387,7 @@ impl Default for ProxySection {
             metrics: "127.0.0.1:9917".into(),
             keepalive: "2min".into(),
             idle_timeout: "0s".into(),
+            drain: "30s".into(),
         }
     }
 }
@@ -483,6 +488,8 @@ pub struct ProxyConfig {
     pub keepalive: Option<std::time::Duration>,
     /// Idle connections are reset after this long.
     pub idle_timeout: Option<std::time::Duration>,
+    /// How long live connections may finish after a stop signal (`None`: reset at once).
+    pub drain: Option<std::time::Duration>,
     /// Satellite leg.
     pub satellite: Leg,
     /// Terrestrial leg.
@@ -678,6 +685,7 @@ impl ProxyFile {
         };
         let keepalive = timeout("keepalive", &p.keepalive, 1)?;
         let idle_timeout = timeout("idle_timeout", &p.idle_timeout, 1)?;
+        let drain = timeout("drain", &p.drain, 1)?;
         Ok(ProxyConfig {
             interfaces: i.interfaces.clone(),
             sources: nets("intercept.sources", &i.sources)?,
@@ -698,6 +706,7 @@ impl ProxyFile {
             max_memory,
             keepalive,
             idle_timeout,
+            drain,
             metrics: if p.metrics.is_empty() {
                 None
             } else {

@@ -53,10 +53,12 @@ fn default_satellite_congestion(cfg: &mut ProxyConfig) {
     }
 }
 
-/// Runs the proxy until `shutdown` completes. Interception is removed on every exit path.
+/// Runs the proxy until it is told to stop: a message on `stop` (a SIGTERM or SIGINT) starts
+/// the drain (`proxy.drain`: new connections bypass, live ones may finish), a second one or
+/// a closed channel ends it at once. Interception is removed on every exit path.
 pub async fn run(
     cfg: ProxyConfig,
-    shutdown: impl std::future::Future<Output = ()>,
+    stop: tokio::sync::mpsc::UnboundedReceiver<()>,
     reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
 ) -> Result<Arc<Registry>, String> {
     let mut cfg = cfg;
@@ -135,7 +137,7 @@ pub async fn run(
     if let Some(t) = cfg.tunnel.clone().filter(|t| t.role == Role::Gateway) {
         // Toward the servers is the terrestrial leg, whatever satellite_side says.
         let server_leg = cfg.terrestrial.clone();
-        let r = gateway(cfg, t, server_leg, shutdown, reload).await;
+        let r = gateway(cfg, t, server_leg, stop, reload).await;
         drop(bundled);
         return r;
     }
@@ -212,6 +214,7 @@ pub async fn run(
         max_memory: cfg.max_memory,
         memory: AtomicU64::new(0),
         bypassing: std::sync::Mutex::new(None),
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
     // Memory is sampled, not tracked per byte: the kernel's count is one file read.
     let sampler = {
@@ -252,6 +255,14 @@ pub async fn run(
     // One descriptor held back for the moment the others run out (see the accept loop).
     let mut spare = std::fs::File::open("/dev/null").ok();
     let mut out_of_fds = std::time::Instant::now() - Duration::from_secs(2);
+    // Clients whose SYN was diverted before the bypass are still accepted while draining.
+    let shutdown = {
+        let (adm, reg) = (admission.clone(), registry.clone());
+        stopped(stop, cfg.drain, registry.clone(), move || {
+            adm.stopping.store(true, Relaxed);
+            adm.update(&reg.counters);
+        })
+    };
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -326,6 +337,48 @@ pub async fn run(
     // Sockets still using them keep them registered until they close.
     drop(bundled);
     Ok(registry)
+}
+
+/// Resolves when the proxy is to stop: at the first message on `stop` if there is no drain
+/// or nothing is live; otherwise `begin` runs (new connections bypass from then on) and it
+/// resolves once no connection is live, `drain` has passed, or a second message comes (a
+/// closed channel counts as one). Connections still live then are reset.
+async fn stopped(
+    mut stop: tokio::sync::mpsc::UnboundedReceiver<()>,
+    drain: Option<Duration>,
+    reg: Arc<Registry>,
+    begin: impl FnOnce(),
+) {
+    let _ = stop.recv().await;
+    let live = || reg.counters.active.load(Relaxed);
+    let Some(drain) = drain.filter(|_| live() > 0) else {
+        return;
+    };
+    begin();
+    info!(
+        live = live(),
+        drain = ?drain,
+        "stopping: new connections bypass the proxy, live ones may finish (a second signal resets them now)"
+    );
+    let deadline = tokio::time::sleep(drain);
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            _ = &mut deadline => {
+                warn!(live = live(), "drain time over");
+                return;
+            }
+            _ = stop.recv() => {
+                warn!(live = live(), "second stop signal: not waiting for live connections");
+                return;
+            }
+            _ = tick.tick() => if live() == 0 {
+                info!("drained: no live connections");
+                return;
+            }
+        }
+    }
 }
 
 /// Resets connections idle for `limit`, checking a few times per `limit`.
@@ -426,6 +479,8 @@ struct Admission {
     memory: AtomicU64,
     /// Why new connections bypass now, if they do.
     bypassing: std::sync::Mutex<Option<&'static str>>,
+    /// The proxy is draining: every new connection bypasses it from now on.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Admission {
@@ -435,7 +490,9 @@ impl Admission {
         let mut b = self.bypassing.lock().unwrap();
         let active = c.active.load(Relaxed);
         let memory = self.memory.load(Relaxed);
-        let want = if b.is_some() {
+        let want = if self.stopping.load(Relaxed) {
+            Some("stopping")
+        } else if b.is_some() {
             if active * 10 >= self.max * 9 {
                 Some("connection limit")
             } else if memory * 10 >= self.max_memory * 9 {
@@ -451,7 +508,7 @@ impl Admission {
             None
         };
         if want.is_some() != b.is_some() {
-            if let Some(why) = want {
+            if let Some(why) = want.filter(|w| *w != "stopping") {
                 c.overloads.fetch_add(1, Relaxed);
                 warn!(
                     active,
@@ -460,7 +517,7 @@ impl Admission {
                     max_memory = self.max_memory,
                     "{why} reached: new connections bypass the proxy"
                 );
-            } else {
+            } else if want.is_none() {
                 info!(
                     active,
                     memory, "below the limits again: splitting new connections"
@@ -605,7 +662,7 @@ async fn gateway(
     mut cfg: ProxyConfig,
     t: TunnelConfig,
     server_leg: crate::config::Leg,
-    shutdown: impl std::future::Future<Output = ()>,
+    stop: tokio::sync::mpsc::UnboundedReceiver<()>,
     reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
 ) -> Result<Arc<Registry>, String> {
     // Credentials and the UDP port first: nothing is installed for a gateway that cannot run.
@@ -638,6 +695,9 @@ async fn gateway(
             }
         })
     };
+    // The gateway intercepts nothing, so nothing bypasses it while it drains: flows the
+    // terminal still opens are carried, and reset with the rest at the end of the drain.
+    let shutdown = stopped(stop, cfg.drain, registry.clone(), || {});
     let r = crate::tunnel::run_gateway(
         ep,
         &t,

@@ -98,16 +98,25 @@ pub fn main(cmd: ProxyCmd) -> Result<(), String> {
                 }
             }
         });
-        let shutdown = async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("SIGTERM handler");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {},
-                _ = term.recv() => {},
+        // SIGTERM and SIGINT stop the proxy: the first drains (proxy.drain), the second
+        // does not wait.
+        let (stop_tx, stop_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+                if stop_tx.send(()).is_err() {
+                    break;
+                }
             }
-        };
-        satpep_proxy::server::run(cfg, shutdown, rx)
+        });
+        satpep_proxy::server::run(cfg, stop_rx, rx)
             .await
             .map(|_| ())
     })

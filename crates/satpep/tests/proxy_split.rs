@@ -1355,3 +1355,113 @@ fn flushed_rules_come_back_and_sighup_reloads_without_dropping_flows() {
     assert!(log().contains("configuration reloaded"), "{}", log());
     echo(&mut s, 5);
 }
+
+/// Whether process `pid` still runs (an exited child not yet reaped does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+#[test]
+fn a_stop_lets_live_connections_finish_bypasses_new_ones_and_resets_the_rest() {
+    let lab = lab_with(
+        "pdrn",
+        "[both]\nrate='100Mbit'\ndelay='10ms'\n",
+        Some(Pep {
+            cc: Some("cubic".into()),
+            drain: Some("4s".into()),
+            ..Default::default()
+        }),
+    );
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9008").unwrap()
+    })
+    .join()
+    .unwrap();
+    // 'f': 8 MB, then a clean end; 'i': bytes until the connection fails.
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let mut s = s.unwrap();
+            std::thread::spawn(move || {
+                let mut cmd = [0u8];
+                s.read_exact(&mut cmd).unwrap();
+                let chunk = vec![1u8; 64 * 1024];
+                if cmd[0] == b'f' {
+                    for _ in 0..128 {
+                        s.write_all(&chunk).unwrap();
+                    }
+                } else {
+                    while s.write_all(&chunk).is_ok() {}
+                }
+            });
+        }
+    });
+    let get = |cmd: u8| {
+        in_netns(&lab.ns(Host::Client), move || {
+            let mut s = TcpStream::connect("198.18.3.2:9008").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            s.write_all(&[cmd]).unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut n = 0usize;
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => return (n, None, std::time::Instant::now()),
+                    Ok(k) => n += k,
+                    Err(e) => return (n, Some(e.kind()), std::time::Instant::now()),
+                }
+            }
+        })
+    };
+    let endless = get(b'i');
+    std::thread::sleep(Duration::from_millis(300));
+    let finite = get(b'f');
+    std::thread::sleep(Duration::from_millis(200));
+    let pids = lab.state().proxy_pids.clone();
+    let stopped = std::time::Instant::now();
+    for pid in &pids {
+        // SAFETY: signalling the proxies this test started.
+        unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+    }
+    // A connection opened while they drain bypasses them, and works.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = metric(&lab, Host::Gateway, "satpep_connections_total");
+    let (n, end, _) = get(b'f').join().unwrap();
+    assert_eq!(
+        (n, end),
+        (8 << 20, None),
+        "a connection opened while draining"
+    );
+    assert_eq!(
+        metric(&lab, Host::Gateway, "satpep_connections_total"),
+        before,
+        "the draining gateway took a new connection"
+    );
+    // The live transfer finishes, whole and with a clean end.
+    let (n, end, _) = finite.join().unwrap();
+    assert_eq!((n, end), (8 << 20, None), "the transfer live at the stop");
+    // The endless one is reset when the drain time is over, not before.
+    let (n, end, at) = endless.join().unwrap();
+    assert!(n > 1_000_000, "{n}");
+    assert_eq!(end, Some(ErrorKind::ConnectionReset));
+    let after = at.duration_since(stopped);
+    assert!(
+        after >= Duration::from_millis(3500) && after < Duration::from_secs(7),
+        "reset {after:?} after the stop, the drain is 4 s"
+    );
+    // Then the proxies exit and take their rules with them.
+    let t = std::time::Instant::now();
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the proxies did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for host in [Host::Terminal, Host::Gateway] {
+        assert!(!has_table(&lab, host), "{host:?} kept its table");
+    }
+}
