@@ -7,6 +7,7 @@ pub mod control;
 pub mod hold;
 pub mod lifecycle;
 pub mod netfilter;
+pub mod notify;
 pub mod preflight;
 pub mod privileges;
 pub mod registry;

@@ -103,6 +103,7 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
                     error!(error = %e, "reload refused: the running configuration stays");
                 }
                 Some(Ok(new)) => {
+                    crate::notify::reloading();
                     let later = restart_needed(&cfg, &new);
                     let next = with_selection(&cfg, &new);
                     let applied = if next != cfg {
@@ -114,6 +115,8 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
                     } else {
                         Ok(())
                     };
+                    // Done either way: the proxy runs on, with the new or the old rules.
+                    crate::notify::ready("intercepting");
                     match applied {
                         Ok(()) => {
                             k.reloads.fetch_add(1, Relaxed);

@@ -209,6 +209,8 @@ pub async fn run(
         netfilter::cleanup(cfg.mark, cfg.table);
         return Err(e);
     }
+    crate::notify::ready("intercepting");
+    let watchdog = crate::notify::watchdog();
     let admission = Arc::new(Admission {
         max: budget.connections,
         max_memory: cfg.max_memory,
@@ -316,6 +318,9 @@ pub async fn run(
     }
     sampler.abort();
     keeper.abort();
+    if let Some(w) = watchdog {
+        w.abort();
+    }
     if let Some(i) = idle {
         i.abort();
     }
@@ -352,8 +357,10 @@ async fn stopped(
     let _ = stop.recv().await;
     let live = || reg.counters.active.load(Relaxed);
     let Some(drain) = drain.filter(|_| live() > 0) else {
+        crate::notify::stopping("stopping");
         return;
     };
+    crate::notify::stopping("draining live connections");
     begin();
     info!(
         live = live(),
@@ -676,6 +683,8 @@ async fn gateway(
         netfilter::cleanup(cfg.mark, cfg.table);
         return Err(e);
     }
+    crate::notify::ready("carrying tunnel flows");
+    let watchdog = crate::notify::watchdog();
     let keeper = tokio::spawn(crate::lifecycle::keep(
         cfg.clone(),
         registry.clone(),
@@ -713,6 +722,9 @@ async fn gateway(
     }
     trimmer.abort();
     keeper.abort();
+    if let Some(w) = watchdog {
+        w.abort();
+    }
     let live = registry.live().len();
     if live > 0 {
         warn!(live, "stopping: resetting live connections");

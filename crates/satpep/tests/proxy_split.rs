@@ -1465,3 +1465,88 @@ fn a_stop_lets_live_connections_finish_bypasses_new_ones_and_resets_the_rest() {
         assert!(!has_table(&lab, host), "{host:?} kept its table");
     }
 }
+
+#[test]
+fn under_systemd_it_is_ready_once_intercepting_feeds_the_watchdog_and_says_it_stops() {
+    // systemd is not PID 1 here: the test is the service manager, with its notify socket.
+    let lab = lab("pntf", "[both]\nrate='20Mbit'\n");
+    let dir = std::env::temp_dir().join(format!("satpep-ntf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("notify.sock");
+    let manager = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let cfg = dir.join("proxy.toml");
+    std::fs::write(
+        &cfg,
+        "[intercept]\ninterfaces = [\"to-client\"]\n[proxy]\nmetrics = \"\"\n",
+    )
+    .unwrap();
+    // systemd names the PID the watchdog is for; exec keeps the shell's.
+    let mut proxy = lab
+        .command(Host::Terminal, "sh")
+        .arg("-c")
+        .arg(format!(
+            "WATCHDOG_PID=$$ exec {} proxy --config {}",
+            bin(),
+            cfg.display()
+        ))
+        .env("NOTIFY_SOCKET", &sock)
+        .env("WATCHDOG_USEC", "400000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("proxy.log")).unwrap())
+        .spawn()
+        .unwrap();
+    struct Kill(u32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: the proxy this test started; a no-op once it has exited and been reaped.
+            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+        }
+    }
+    let _kill = Kill(proxy.id());
+    let next = || {
+        let mut b = [0u8; 512];
+        let n = manager.recv(&mut b).unwrap_or_else(|e| {
+            panic!(
+                "no notification within 10 s ({e}); the proxy's log:\n{}",
+                std::fs::read_to_string(dir.join("proxy.log")).unwrap_or_default()
+            )
+        });
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    // Ready only once interception is installed.
+    let first = next();
+    assert!(first.contains("READY=1"), "{first}");
+    assert!(has_table(&lab, Host::Terminal), "ready before intercepting");
+    // The watchdog is fed at half its 400 ms.
+    let t = std::time::Instant::now();
+    let mut pings = 0;
+    while pings < 3 {
+        if next().contains("WATCHDOG=1") {
+            pings += 1;
+        }
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    // A SIGHUP reload says so, and ready again.
+    // SAFETY: signalling the proxy this test started.
+    unsafe { libc::kill(proxy.id() as i32, libc::SIGHUP) };
+    let mut seen = Vec::new();
+    while !seen.iter().any(|m: &String| m.contains("READY=1")) {
+        seen.push(next());
+    }
+    assert!(seen.iter().any(|m| m.contains("RELOADING=1")), "{seen:?}");
+    // Stopping is announced before the rules go.
+    // SAFETY: as above.
+    unsafe { libc::kill(proxy.id() as i32, libc::SIGTERM) };
+    while !next().contains("STOPPING=1") {}
+    proxy.wait().unwrap();
+    assert!(!has_table(&lab, Host::Terminal));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
