@@ -565,8 +565,7 @@ impl Core {
             Phase::Compete => {
                 // A loss with a queue: back off as the loss-based competitor (CUBIC, every
                 // Linux host's default) does, and grow back as it does.
-                self.cubic_max = self.window as f64 / self.mtu as f64;
-                self.cubic_epoch = now;
+                self.cubic_from(now);
                 self.window = (self.window as f64 * CUBIC_BETA) as u64;
                 self.window = self.window.max(self.fair_share());
                 return;
@@ -721,6 +720,12 @@ impl Core {
         bytes_in(self.compete_link / 2, self.smoothed).max(self.min_window())
     }
 
+    /// Starts a CUBIC epoch at `now` from the window as it is (before a cut, if one follows).
+    fn cubic_from(&mut self, now: Instant) {
+        self.cubic_max = self.window as f64 / self.mtu as f64;
+        self.cubic_epoch = now;
+    }
+
     /// What the competitive mode adds for `bytes` acknowledged: CUBIC's window (RFC 9438:
     /// C = 0.4, β = 0.7, the TCP-friendly region included), reached over a round as CUBIC
     /// does. As aggressive as the hosts' own TCP on the same path, so the two share it;
@@ -794,8 +799,7 @@ impl Core {
             self.window = bytes_in(self.bw, self.base() + self.queue())
                 .max(share)
                 .max(self.min_window());
-            self.cubic_max = self.window as f64 / self.mtu as f64;
-            self.cubic_epoch = now;
+            self.cubic_from(now);
             self.compete_link = self.bw_peak;
             self.compete_since = now;
             self.enter(Phase::Compete, now);
@@ -1190,11 +1194,11 @@ mod tests {
                 offered += sent;
                 if queue + sent > l.queue_limit as f64 && t - *epoch > rtt {
                     *w_max = *w;
-                    *w = (*w * 0.7).max(2.0 * pkt);
+                    *w = (*w * CUBIC_BETA).max(2.0 * pkt);
                     *epoch = t;
                 }
-                let k = (*w_max / pkt * 0.3 / 0.4).cbrt();
-                *w = w.max((0.4 * (t - *epoch - k).powi(3)) * pkt + *w_max);
+                let k = (*w_max / pkt * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
+                *w = w.max((CUBIC_C * (t - *epoch - k).powi(3)) * pkt + *w_max);
             }
             queue = (queue + offered - l.rate * dt).clamp(0.0, l.queue_limit as f64);
             while let Some(&(at, sent, bytes, lost, q)) = acks.front() {
