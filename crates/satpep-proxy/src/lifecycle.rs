@@ -86,13 +86,12 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
                 k.interception_installed.store(0, Relaxed);
                 warn!("the interception rules were removed (an nftables reload?): installing them again");
                 let c = cfg.clone();
-                match tokio::task::spawn_blocking(move || netfilter::install(&c)).await {
-                    Ok(Ok(())) => {
+                match blocking(move || netfilter::install(&c)).await {
+                    Ok(()) => {
                         k.interception_installed.store(1, Relaxed);
                         k.interception_reinstalls.fetch_add(1, Relaxed);
                         info!("interception installed again");
                     }
-                    Ok(Err(e)) => error!(error = %e, "cannot install the interception rules again; retrying"),
                     Err(e) => error!(error = %e, "cannot install the interception rules again; retrying"),
                 }
             }
@@ -106,12 +105,10 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
                     crate::notify::reloading();
                     let later = restart_needed(&cfg, &new);
                     let next = with_selection(&cfg, &new);
-                    let applied = if next != cfg {
+                    let changed = next != cfg;
+                    let applied = if changed {
                         let n = next.clone();
-                        tokio::task::spawn_blocking(move || netfilter::replace_ruleset(&n))
-                            .await
-                            .map_err(|e| e.to_string())
-                            .and_then(|r| r)
+                        blocking(move || netfilter::replace_ruleset(&n)).await
                     } else {
                         Ok(())
                     };
@@ -120,7 +117,6 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
                     match applied {
                         Ok(()) => {
                             k.reloads.fetch_add(1, Relaxed);
-                            let changed = next != cfg;
                             cfg = next;
                             info!(interception_changed = changed, "configuration reloaded");
                             if !later.is_empty() {
@@ -136,6 +132,14 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
             }
         }
     }
+}
+
+/// Runs `f` (an nft command) off the runtime; a task that panicked is an error too.
+async fn blocking(f: impl FnOnce() -> Result<(), String> + Send + 'static) -> Result<(), String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
 }
 
 #[cfg(test)]

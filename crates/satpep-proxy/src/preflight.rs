@@ -75,6 +75,35 @@ pub fn wanted_congestion(cfg: &ProxyConfig) -> Vec<(String, String)> {
     v
 }
 
+/// What a start refuses about Fast Open: a leg that asks for it where the host does not
+/// allow it. The leg toward the clients listens, the other connects.
+pub fn fastopen_refusals(cfg: &ProxyConfig) -> Vec<String> {
+    let (client, server) = crate::sockets::fastopen_enabled();
+    let (sat, ter) = (
+        (&cfg.satellite, "satellite"),
+        (&cfg.terrestrial, "terrestrial"),
+    );
+    let (down, up) = if cfg.satellite_upstream {
+        (ter, sat)
+    } else {
+        (sat, ter)
+    };
+    let mut v = Vec::new();
+    if down.0.fastopen && !server {
+        v.push(format!(
+            "{}.fastopen: this host refuses Fast Open on listeners; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
+            down.1
+        ));
+    }
+    if up.0.fastopen && !client {
+        v.push(format!(
+            "{}.fastopen: this host refuses Fast Open on connecting sockets; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
+            up.1
+        ));
+    }
+    v
+}
+
 /// Runs every check. The proxy's own controllers are loaded and unloaded again to prove the
 /// kernel takes them; the ruleset goes through `nft --check`.
 pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
@@ -85,29 +114,8 @@ pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
             message: m,
         })
     };
-    // Fast Open, as a start checks it: the leg toward the clients listens, the other
-    // connects.
-    let (fo_listen, fo_connect) = crate::sockets::fastopen_enabled();
-    let (sat, ter) = (
-        (&cfg.satellite, "satellite"),
-        (&cfg.terrestrial, "terrestrial"),
-    );
-    let (down, up) = if cfg.satellite_upstream {
-        (ter, sat)
-    } else {
-        (sat, ter)
-    };
-    if down.0.fastopen && !fo_listen {
-        error(format!(
-            "{}.fastopen: this host refuses Fast Open on listeners; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
-            down.1
-        ));
-    }
-    if up.0.fastopen && !fo_connect {
-        error(format!(
-            "{}.fastopen: this host refuses Fast Open on connecting sockets; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
-            up.1
-        ));
+    for e in fastopen_refusals(cfg) {
+        error(e);
     }
     // Congestion controls: the kernel's, or satpep's own (loaded for the check).
     let available = satpep_cc::available();
@@ -142,9 +150,8 @@ pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
         }
     }
     // The ruleset, as nftables would take it.
-    match nft_check(&crate::netfilter::ruleset(cfg)) {
-        Ok(()) => {}
-        Err(e) => error(e),
+    if let Err(e) = nft_check(&crate::netfilter::ruleset(cfg)) {
+        error(e);
     }
     let mut warning = |m: String| {
         out.push(Finding {
@@ -165,10 +172,9 @@ pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
             .map(|s| s.trim() != "0")
             .unwrap_or(true);
         if !on {
+            let key = path.replace('/', ".");
             warning(format!(
-                "{} = 0: this host does not forward {v}, so only intercepted connections cross it (sysctl -w {}=1)",
-                path.replace('/', "."),
-                path.replace('/', ".")
+                "{key} = 0: this host does not forward {v}, so only intercepted connections cross it (sysctl -w {key}=1)"
             ));
         }
     }

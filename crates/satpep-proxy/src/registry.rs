@@ -41,9 +41,9 @@ pub struct Counters {
     pub interception_installed: AtomicU64,
     /// Times the rules were found removed and installed again.
     pub interception_reinstalls: AtomicU64,
-    /// Configuration reloads (SIGHUP) applied, and refused (the new file was invalid).
+    /// Configuration reloads (SIGHUP) applied.
     pub reloads: AtomicU64,
-    /// Configuration reloads refused.
+    /// Configuration reloads refused (an invalid file, rules that did not install).
     pub reload_failures: AtomicU64,
 }
 

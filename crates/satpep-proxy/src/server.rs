@@ -5,9 +5,7 @@ use crate::config::{ProxyConfig, Role, TunnelConfig};
 use crate::netfilter;
 use crate::registry::{Counters, Registry};
 use crate::relay::{relay, End};
-use crate::sockets::{
-    canonical, fastopen_connect, fastopen_enabled, listener, reset_on_close, tune, upstream,
-};
+use crate::sockets::{canonical, fastopen_connect, listener, reset_on_close, tune, upstream};
 use crate::tunnel::Terminal;
 use socket2::SockRef;
 use std::os::fd::AsRawFd;
@@ -68,46 +66,18 @@ pub async fn run(
     } else {
         (cfg.satellite.clone(), cfg.terrestrial.clone())
     };
-    let (fo_client, fo_server) = fastopen_enabled();
-    let side = |l: &crate::config::Leg| {
-        if *l == cfg.satellite {
-            "satellite"
-        } else {
-            "terrestrial"
-        }
-    };
-    if down_leg.fastopen && !fo_server {
-        return Err(format!(
-            "{}.fastopen: this host refuses Fast Open on listeners; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
-            side(&down_leg)
-        ));
-    }
-    if up_leg.fastopen && !fo_client {
-        return Err(format!(
-            "{}.fastopen: this host refuses Fast Open on connecting sockets; allow it with sysctl -w net.ipv4.tcp_fastopen=3",
-            side(&up_leg)
-        ));
+    if let Some(e) = crate::preflight::fastopen_refusals(&cfg).into_iter().next() {
+        return Err(e);
     }
     // satpep's own congestion controls are loaded for as long as the proxy runs, unless
     // something else (satpep cc load --pin) already registered them. Each wanted one comes
     // with the config key that asked for it, for the error message.
-    let mut wanted: Vec<(&str, String)> = [&down_leg, &up_leg]
-        .iter()
-        .filter_map(|l| Some((l.congestion.as_deref()?, format!("{}.congestion", side(l)))))
-        .collect();
-    if let Some(a) = &cfg.adaptive {
-        wanted.extend(
-            a.policy
-                .iter()
-                .map(|(_, cc)| (cc.as_str(), "adaptive.policy".into())),
-        );
-    }
     let mut bundled: Vec<satpep_cc::Loaded> = Vec::new();
-    for (cc, key) in wanted {
+    for (cc, key) in crate::preflight::wanted_congestion(&cfg) {
         let ours = satpep_cc::BUNDLED.iter().any(|b| b.name == cc);
         let loaded = bundled.iter().any(|l| l.name == cc);
-        if ours && !loaded && !satpep_cc::available().iter().any(|a| a == cc) {
-            let l = satpep_cc::load(cc, &satpep_cc::Options::default())
+        if ours && !loaded && !satpep_cc::available().contains(&cc) {
+            let l = satpep_cc::load(&cc, &satpep_cc::Options::default())
                 .map_err(|e| format!("{key}: {e}"))?;
             info!(congestion = %cc, "loaded");
             bundled.push(l);

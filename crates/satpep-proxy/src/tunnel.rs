@@ -461,13 +461,13 @@ pub async fn run_gateway(
 /// A tunnel connection's figures, for logs and `/metrics`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TunnelFigures {
-    /// Smoothed and lowest RTT.
+    /// Smoothed RTT.
     pub rtt: Duration,
     /// Lowest RTT seen.
     pub min_rtt: Duration,
     /// Congestion window, bytes.
     pub cwnd: u64,
-    /// Packets sent and declared lost.
+    /// Packets sent.
     pub sent: u64,
     /// Packets declared lost.
     pub lost: u64,
@@ -477,13 +477,13 @@ pub struct TunnelFigures {
     pub random: u64,
     /// Loss events the satellite controller took for congestion.
     pub congestion: u64,
-    /// The satellite controller's model: bottleneck rate (bytes/s) and base RTT.
+    /// The satellite controller's model: bottleneck rate (bytes/s; 0 with other controllers).
     pub model_rate: u64,
     /// The model's base RTT.
     pub model_rtt: Option<Duration>,
     /// Flow-control stalls sent (the window sizing is wrong if these grow).
     pub blocked: u64,
-    /// UDP bytes sent and received.
+    /// UDP bytes sent.
     pub udp_tx: u64,
     /// UDP bytes received.
     pub udp_rx: u64,

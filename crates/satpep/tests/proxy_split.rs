@@ -548,15 +548,7 @@ fn stopping_the_proxy_resets_live_connections_instead_of_ending_them_cleanly() {
     let reader = in_netns(&lab.ns(Host::Client), || {
         let mut s = TcpStream::connect("198.18.3.2:9005").unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut buf = vec![0u8; 1 << 16];
-        let mut n = 0usize;
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => return (n, None),
-                Ok(k) => n += k,
-                Err(e) => return (n, Some(e.kind())),
-            }
-        }
+        read_to_the_end(&mut s)
     });
     std::thread::sleep(Duration::from_millis(1500));
     lab.stop_proxies();
@@ -567,6 +559,19 @@ fn stopping_the_proxy_resets_live_connections_instead_of_ending_them_cleanly() {
         Some(ErrorKind::ConnectionReset),
         "a cut transfer must not end with a clean EOF"
     );
+}
+
+/// Reads `s` until it ends: the bytes read, and how it ended (`None`: a clean EOF).
+fn read_to_the_end(s: &mut TcpStream) -> (usize, Option<ErrorKind>) {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut n = 0usize;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (n, None),
+            Ok(k) => n += k,
+            Err(e) => return (n, Some(e.kind())),
+        }
+    }
 }
 
 /// A counter from `nstat` in `host`'s namespace.
@@ -1405,15 +1410,8 @@ fn a_stop_lets_live_connections_finish_bypasses_new_ones_and_resets_the_rest() {
             let mut s = TcpStream::connect("198.18.3.2:9008").unwrap();
             s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
             s.write_all(&[cmd]).unwrap();
-            let mut buf = vec![0u8; 1 << 16];
-            let mut n = 0usize;
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) => return (n, None, std::time::Instant::now()),
-                    Ok(k) => n += k,
-                    Err(e) => return (n, Some(e.kind()), std::time::Instant::now()),
-                }
-            }
+            let (n, end) = read_to_the_end(&mut s);
+            (n, end, std::time::Instant::now())
         })
     };
     let endless = get(b'i');
