@@ -648,6 +648,20 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         let what = format!("{mode:<10} {}", case.name);
         progress.tick(i, &what, 0.0);
         let row = run_case(l, mode, case, 9400 + i as u16, &base)?;
+        if !row.problems.is_empty() {
+            // What the proxies and the emulator said, for a failure seen only in CI.
+            for h in l.proxy_hosts() {
+                eprintln!(
+                    "--- {} proxy log (last 40 lines):\n{}",
+                    h.name(),
+                    tail(&l.proxy_log(h), 40)
+                );
+            }
+            eprintln!(
+                "--- emulator log (last 20 lines):\n{}",
+                tail(&l.link_log(), 20)
+            );
+        }
         let verdict = if row.problems.is_empty() {
             format!(
                 "ok: client {} ({} B), server {}",
@@ -675,6 +689,12 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         return Err(format!("{failed} of {} fault cells failed", rows.len()));
     }
     Ok(())
+}
+
+/// The last `n` lines of `s`.
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 fn fmt_bytes(n: u64) -> String {

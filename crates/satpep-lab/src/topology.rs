@@ -982,6 +982,12 @@ impl Lab {
         std::fs::read_to_string(state_dir(&self.name).join("link.log")).unwrap_or_default()
     }
 
+    /// The log of the proxy on `host` (empty if it has none).
+    pub fn proxy_log(&self, host: Host) -> String {
+        std::fs::read_to_string(state_dir(&self.name).join(format!("proxy-{}.log", host.name())))
+            .unwrap_or_default()
+    }
+
     /// Pings the server from the client (IPv4 and IPv6) until a reply comes, a few tries.
     pub fn check_path(&self) -> Result<(), String> {
         for dst in [SERVER_V4, SERVER_V6] {
