@@ -356,8 +356,12 @@ pub struct ProxySection {
     /// ("2GiB") or a share of physical memory ("25%"); past it new connections are
     /// forwarded end to end.
     pub max_memory: String,
-    /// Address of the `/metrics` and `/connections` endpoint ("" to disable).
+    /// Address of the `/metrics` endpoint ("" to disable).
     pub metrics: String,
+    /// Where `/connections` (every live connection with its client's address) is served:
+    /// "metrics" (the default: beside `/metrics`, on its listener), an address:port of its
+    /// own (then not on the metrics listener), or "" (nowhere).
+    pub connections: String,
     /// TCP keepalive on both legs: after this long without traffic the kernel probes the
     /// peer, and a peer that has vanished (a half-open connection) is found within about a
     /// minute more and reset on the other leg. "0s" turns it off.
@@ -385,6 +389,7 @@ impl Default for ProxySection {
             max_connections: 10_000,
             max_memory: "25%".into(),
             metrics: "127.0.0.1:9917".into(),
+            connections: "metrics".into(),
             keepalive: "2min".into(),
             idle_timeout: "0s".into(),
             drain: "30s".into(),
@@ -445,6 +450,35 @@ pub struct Leg {
     pub fastopen: bool,
 }
 
+/// Where the `/connections` endpoint is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionsAt {
+    /// On the metrics listener, beside `/metrics` (nowhere if that is off).
+    WithMetrics,
+    /// On a listener of its own; the metrics listener does not serve it.
+    Own(std::net::SocketAddr),
+    /// Not served.
+    Nowhere,
+}
+
+impl ProxyConfig {
+    /// Why `/connections` may be exposed beyond this host: it lists every client's address,
+    /// and with `proxy.connections = "metrics"` it is wherever `/metrics` is, which
+    /// operators often open to a Prometheus on another machine.
+    pub fn connections_exposed(&self) -> Option<String> {
+        let at = match (self.connections, self.metrics) {
+            (ConnectionsAt::WithMetrics, Some(m)) => m,
+            (ConnectionsAt::Own(a), _) => a,
+            _ => return None,
+        };
+        (!at.ip().is_loopback()).then(|| {
+            format!(
+                "proxy.connections: /connections (every client's address) is served on {at}, which is not a loopback address; set proxy.connections to \"\" or to a loopback address such as 127.0.0.1:9918"
+            )
+        })
+    }
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProxyConfig {
@@ -482,8 +516,10 @@ pub struct ProxyConfig {
     pub max_connections: u32,
     /// Memory limit, bytes.
     pub max_memory: u64,
-    /// Metrics and status endpoint.
+    /// Metrics endpoint.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Where `/connections` is served.
+    pub connections: ConnectionsAt,
     /// Keepalive idle time on both legs.
     pub keepalive: Option<std::time::Duration>,
     /// Idle connections are reset after this long.
@@ -717,6 +753,15 @@ impl ProxyFile {
                     )
                 })?)
             },
+            connections: match p.connections.as_str() {
+                "metrics" => ConnectionsAt::WithMetrics,
+                "" => ConnectionsAt::Nowhere,
+                a => ConnectionsAt::Own(a.parse().map_err(|_| {
+                    format!(
+                        "proxy.connections: '{a}' is neither \"metrics\", \"\" nor an address:port (e.g. 127.0.0.1:9918)"
+                    )
+                })?),
+            },
             satellite: {
                 // "adaptive" is not a kernel name: the leg starts on the default.
                 let mut leg = self.satellite.resolve("satellite")?;
@@ -863,6 +908,7 @@ mod tests {
             ("[proxy]\nport='x'", "port"),
             ("[proxy]\nprot=1", "prot"),
             ("[proxy]\nmetrics='localhost'", "proxy.metrics"),
+            ("[proxy]\nconnections='status'", "proxy.connections"),
             ("[proxy]\nkeepalive='1ms'", "proxy.keepalive"),
             ("[proxy]\nkeepalive=5", "keepalive"),
             ("[proxy]\nidle_timeout='30d'", "proxy.idle_timeout"),

@@ -303,7 +303,16 @@ pub fn metrics(reg: &Registry) -> String {
     out
 }
 
-async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>) {
+/// What one listener serves.
+#[derive(Debug, Clone, Copy)]
+pub struct Routes {
+    /// `/metrics`.
+    pub metrics: bool,
+    /// `/connections`.
+    pub connections: bool,
+}
+
+async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>, routes: Routes) {
     let mut req = Vec::with_capacity(512);
     let mut buf = [0u8; 512];
     // Read the request head: at most 8 KiB, at most 5 s.
@@ -322,8 +331,8 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>) {
     let line = String::from_utf8_lossy(&req);
     let path = line.split_whitespace().nth(1).unwrap_or("");
     let (code, ctype, body) = match (line.split_whitespace().next(), path) {
-        (Some("GET"), "/metrics") => ("200 OK", CONTENT_TYPE, metrics(&reg)),
-        (Some("GET"), "/connections") => {
+        (Some("GET"), "/metrics") if routes.metrics => ("200 OK", CONTENT_TYPE, metrics(&reg)),
+        (Some("GET"), "/connections") if routes.connections => {
             let k = &reg.counters;
             let reply = StatusReply {
                 connections: reg.status(),
@@ -340,7 +349,14 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>) {
         _ => (
             "404 Not Found",
             "text/plain",
-            "try /metrics or /connections\n".into(),
+            match (routes.metrics, routes.connections) {
+                (true, true) => "try /metrics or /connections\n",
+                (true, false) => {
+                    "try /metrics (/connections is not served here: see proxy.connections)\n"
+                }
+                _ => "try /connections\n",
+            }
+            .into(),
         ),
     };
     let resp = format!(
@@ -351,12 +367,12 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>) {
     let _ = s.shutdown().await;
 }
 
-/// Serves the endpoint on `addr` until the task is dropped.
-pub async fn serve(listener: tokio::net::TcpListener, reg: Arc<Registry>) {
+/// Serves `routes` on `listener` until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, reg: Arc<Registry>, routes: Routes) {
     loop {
         if let Ok((s, _)) = listener.accept().await {
             // Status reads TCP_INFO and may run nft: off the accept loop.
-            tokio::spawn(serve_one(s, reg.clone()));
+            tokio::spawn(serve_one(s, reg.clone(), routes));
         }
     }
 }
@@ -373,6 +389,12 @@ pub fn fetch_status(addr: SocketAddr) -> Result<StatusReply, String> {
     let mut resp = String::new();
     s.read_to_string(&mut resp)
         .map_err(|e| format!("reading from {addr}: {e}"))?;
-    let body = resp.split("\r\n\r\n").nth(1).ok_or("malformed reply")?;
+    let (head, body) = resp.split_once("\r\n\r\n").ok_or("malformed reply")?;
+    if !head.starts_with("HTTP/1.0 200") {
+        return Err(format!(
+            "{addr} does not serve /connections ({}): see proxy.connections in its configuration",
+            head.lines().next().unwrap_or("")
+        ));
+    }
     serde_json::from_str(body).map_err(|e| format!("bad reply from {addr}: {e}"))
 }

@@ -44,6 +44,7 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig) -> Vec<&'static str> {
     );
     differ("proxy.max_memory", old.max_memory != new.max_memory);
     differ("proxy.metrics", old.metrics != new.metrics);
+    differ("proxy.connections", old.connections != new.connections);
     differ("proxy.keepalive", old.keepalive != new.keepalive);
     differ("proxy.idle_timeout", old.idle_timeout != new.idle_timeout);
     differ("proxy.drain", old.drain != new.drain);

@@ -162,6 +162,9 @@ pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
     for w in budget_shortfall(cfg, &fd_budget(cfg)) {
         warning(w);
     }
+    if let Some(w) = cfg.connections_exposed() {
+        warning(w);
+    }
     // A PEP sits in the path: what it does not intercept (UDP, other ports, bypassed
     // connections) it must route.
     for (path, v) in [

@@ -305,7 +305,7 @@ pub async fn run(
         t.close().await;
     }
     netfilter::cleanup(cfg.mark, cfg.table);
-    if let Some(c) = control {
+    for c in control {
         c.abort();
     }
     info!("interception removed");
@@ -380,21 +380,43 @@ fn drop_privileges() -> Result<(), String> {
     Ok(())
 }
 
-/// Serves `/metrics` and `/connections` on `proxy.metrics`, if set.
+/// Serves `/metrics` on `proxy.metrics` and `/connections` where `proxy.connections` says.
 async fn start_control(
     cfg: &ProxyConfig,
     registry: &Arc<Registry>,
-) -> Result<Option<tokio::task::JoinHandle<()>>, String> {
-    let Some(addr) = cfg.metrics else {
-        return Ok(None);
-    };
-    let l = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("proxy.metrics: cannot listen on {addr}: {e}"))?;
-    Ok(Some(tokio::spawn(crate::control::serve(
-        l,
-        registry.clone(),
-    ))))
+) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+    use crate::config::ConnectionsAt;
+    use crate::control::Routes;
+    if let Some(w) = cfg.connections_exposed() {
+        warn!("{w}");
+    }
+    let mut listeners = Vec::new();
+    if let Some(addr) = cfg.metrics {
+        let routes = Routes {
+            metrics: true,
+            connections: cfg.connections == ConnectionsAt::WithMetrics,
+        };
+        listeners.push(("proxy.metrics", addr, routes));
+    }
+    if let ConnectionsAt::Own(addr) = cfg.connections {
+        let routes = Routes {
+            metrics: false,
+            connections: true,
+        };
+        listeners.push(("proxy.connections", addr, routes));
+    }
+    let mut tasks = Vec::new();
+    for (key, addr, routes) in listeners {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("{key}: cannot listen on {addr}: {e}"))?;
+        tasks.push(tokio::spawn(crate::control::serve(
+            l,
+            registry.clone(),
+            routes,
+        )));
+    }
+    Ok(tasks)
 }
 
 /// Gives freed heap back to the system after many connections have closed: the allocator
@@ -700,7 +722,7 @@ async fn gateway(
         warn!(live, "stopping: resetting live connections");
     }
     netfilter::cleanup(cfg.mark, cfg.table);
-    if let Some(c) = control {
+    for c in control {
         c.abort();
     }
     info!("gateway stopped");

@@ -254,6 +254,15 @@ fn check_catches_what_a_start_would_refuse_or_degrade() {
     assert!(ok, "{err}");
     assert!(err.contains("fits 3360 connections"), "{err}");
     assert!(err.contains("pipes for 0 of 3360"), "{err}");
+    // /metrics opened to a Prometheus elsewhere would hand out every client's address.
+    let (ok, err, _) = check("open.toml", "[proxy]\nmetrics = '0.0.0.0:9917'\n", None);
+    assert!(ok && err.contains("proxy.connections"), "{err}");
+    let (ok, err, _) = check(
+        "apart.toml",
+        "[proxy]\nmetrics = '0.0.0.0:9917'\nconnections = '127.0.0.1:9918'\n",
+        None,
+    );
+    assert!(ok && !err.contains("proxy.connections"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -488,6 +497,28 @@ fn status_and_metrics_show_live_connections_with_both_legs() {
     assert!(ter < 20.0, "terrestrial RTT {ter}");
     assert_eq!(c["satellite"]["congestion"], "cubic");
     assert!(c["satellite"]["cwnd"].as_u64().unwrap() > 10, "{c}");
+    // --watch: one JSON line per sample, the connection's rate over the interval.
+    let out = lab
+        .command(Host::Gateway, bin())
+        .args(["status", "--json", "--watch", "0.5", "--count", "2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(samples.len(), 2, "{text}");
+    let second = &samples[1]["connections"][0];
+    let down = second["down_bps"].as_f64().unwrap();
+    // The server sends as fast as the 20 Mbit/s link takes it.
+    assert!((1e6..60e6).contains(&down), "down {down} bit/s: {text}");
+    assert!(samples[1]["down_bps"].as_f64().unwrap() >= down, "{text}");
     let got = reader.join().unwrap();
     assert!(got > 2_000_000);
     // Metrics count it, with the bytes of the closed connection folded in.
@@ -925,6 +956,57 @@ fn split_lab_proxy_keys(tag: &str, keys: &str) -> Lab {
             ..Default::default()
         }),
     )
+}
+
+/// GET `path` from the gateway's proxy on `port`: the whole reply, head included.
+fn http_get(lab: &Lab, port: u16, path: &str) -> String {
+    let script = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"
+    );
+    let out = lab
+        .command(Host::Gateway, "bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn connections_can_be_served_apart_from_metrics() {
+    // Prometheus may scrape /metrics from elsewhere; the client addresses stay on loopback.
+    let lab = split_lab_proxy_keys("pconn", "connections = \"127.0.0.1:9918\"\n");
+    let m = http_get(&lab, 9917, "/metrics");
+    assert!(m.starts_with("HTTP/1.0 200"), "{m}");
+    assert!(m.contains("satpep_connections_total"), "{m}");
+    let c = http_get(&lab, 9917, "/connections");
+    assert!(c.starts_with("HTTP/1.0 404"), "{c}");
+    assert!(c.contains("proxy.connections"), "{c}");
+    let c = http_get(&lab, 9918, "/connections");
+    assert!(c.starts_with("HTTP/1.0 200"), "{c}");
+    assert!(c.contains("\"connections\""), "{c}");
+    assert!(http_get(&lab, 9918, "/metrics").starts_with("HTTP/1.0 404"));
+    // `satpep status` at the metrics address says where to look.
+    let out = lab
+        .command(Host::Gateway, bin())
+        .arg("status")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("proxy.connections"),
+        "{err}"
+    );
+    let out = lab
+        .command(Host::Gateway, bin())
+        .args(["status", "--addr", "127.0.0.1:9918"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 live"));
 }
 
 #[test]
