@@ -104,6 +104,9 @@ pub struct LabState {
     /// PIDs of proxy processes (terminal, gateway), once started.
     #[serde(default)]
     pub proxy_pids: Vec<u32>,
+    /// The proxies' log filter ([`Pep::log_filter`]), kept for restarts.
+    #[serde(default)]
+    pub log_filter: Option<String>,
     /// Hosts and addresses.
     pub hosts: Vec<HostInfo>,
 }
@@ -208,6 +211,8 @@ pub struct Pep {
     /// How long the proxies let live connections finish when stopped, e.g. "10s" (default
     /// "0s": a lab is torn down at once, not drained for the proxy's default 30 s).
     pub drain: Option<String>,
+    /// The proxies' log filter (RUST_LOG; default: info, and every connection's lines).
+    pub log_filter: Option<String>,
     /// Run a proxy only in the terminal host, not also in the gateway.
     pub terminal_only: bool,
     /// Distributed mode with this tunnel controller (satellite, hybla, cubic, bbr, newreno):
@@ -441,6 +446,7 @@ impl Lab {
             namespaces: nss,
             emulator_pid: None,
             proxy_pids: Vec::new(),
+            log_filter: None,
             hosts: hosts(name),
         };
         write_state(&state)?;
@@ -698,6 +704,7 @@ impl Lab {
         args: &[&std::ffi::OsStr],
         log: &Path,
         what: &str,
+        env: &[(&str, &str)],
     ) -> Result<Child, String> {
         use std::os::unix::process::CommandExt;
         let logf = std::fs::File::create(log)
@@ -706,6 +713,7 @@ impl Lab {
         cmd.args(["netns", "exec", &self.ns(host)])
             .arg(&self.satpep_bin)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(logf.try_clone().map_err(|e| e.to_string())?)
             .stderr(logf);
@@ -746,6 +754,7 @@ impl Lab {
             ],
             &log,
             "the emulator",
+            &[],
         )?;
         self.state.emulator_pid = Some(child.id());
         write_state(&self.state)?;
@@ -776,6 +785,7 @@ impl Lab {
             Some(cc) => ensure_cc(cc)?,
             None => {}
         }
+        self.state.log_filter = pep.log_filter.clone();
         let cfg = spec.resolve()?;
         let rtt_ns = cfg.forward.delay.max_ns() + cfg.ret.delay.max_ns();
         let dir = state_dir(&self.name);
@@ -900,11 +910,20 @@ impl Lab {
         let path = dir.join(format!("proxy-{}.toml", host.name()));
         let log = dir.join(format!("proxy-{}.log", host.name()));
         let what = format!("the {} proxy", host.name());
+        // Every connection's lines (debug, target satpep::connection) stay in a lab's logs:
+        // they are how a run is checked afterwards. RUST_LOG, when set, decides instead.
+        let filter = self
+            .state
+            .log_filter
+            .clone()
+            .or_else(|| std::env::var("RUST_LOG").ok())
+            .unwrap_or_else(|| "info,satpep::connection=debug".into());
         let mut child = self.spawn_satpep(
             host,
             &["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
             &log,
             &what,
+            &[("RUST_LOG", filter.as_str())],
         )?;
         self.state.proxy_pids.push(child.id());
         write_state(&self.state)?;

@@ -264,7 +264,8 @@ pub async fn run(
             };
             match set {
                 Ok(()) => {
-                    tracing::info!(
+                    tracing::debug!(
+                        target: crate::CONNECTION_LOG,
                         src = %conn.src,
                         dst = %conn.dst,
                         from = %info.congestion,

@@ -373,6 +373,10 @@ pub struct ProxySection {
     /// to this long before the rest are reset; a second signal resets them at once. "0s"
     /// resets them at once.
     pub drain: String,
+    /// Every this long, one info line sums up the interval (connections accepted, failed,
+    /// bypassed, bytes each way), when anything happened; lines per connection are at
+    /// debug (target `satpep::connection`). "0s" turns it off.
+    pub log_summary: String,
 }
 
 impl Default for ProxySection {
@@ -393,6 +397,7 @@ impl Default for ProxySection {
             keepalive: "2min".into(),
             idle_timeout: "0s".into(),
             drain: "30s".into(),
+            log_summary: "1min".into(),
         }
     }
 }
@@ -526,6 +531,8 @@ pub struct ProxyConfig {
     pub idle_timeout: Option<std::time::Duration>,
     /// How long live connections may finish after a stop signal (`None`: reset at once).
     pub drain: Option<std::time::Duration>,
+    /// How often the summary line is logged (`None`: never).
+    pub log_summary: Option<std::time::Duration>,
     /// Satellite leg.
     pub satellite: Leg,
     /// Terrestrial leg.
@@ -722,6 +729,7 @@ impl ProxyFile {
         let keepalive = timeout("keepalive", &p.keepalive, 1)?;
         let idle_timeout = timeout("idle_timeout", &p.idle_timeout, 1)?;
         let drain = timeout("drain", &p.drain, 1)?;
+        let log_summary = timeout("log_summary", &p.log_summary, 1)?;
         Ok(ProxyConfig {
             interfaces: i.interfaces.clone(),
             sources: nets("intercept.sources", &i.sources)?,
@@ -743,6 +751,7 @@ impl ProxyFile {
             keepalive,
             idle_timeout,
             drain,
+            log_summary,
             metrics: if p.metrics.is_empty() {
                 None
             } else {
@@ -912,6 +921,7 @@ mod tests {
             ("[proxy]\nkeepalive='1ms'", "proxy.keepalive"),
             ("[proxy]\nkeepalive=5", "keepalive"),
             ("[proxy]\nidle_timeout='30d'", "proxy.idle_timeout"),
+            ("[proxy]\nlog_summary='10ms'", "proxy.log_summary"),
             ("[proxy]\nidle_timeout='soon'", "proxy.idle_timeout"),
             ("[tunnel]\npeer='1.2.3.4:5'", "tunnel.role"),
             ("[tunnel]\nrole='middle'", "tunnel.role"),

@@ -25,7 +25,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpStream;
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 /// (client, server) of a connection.
 pub type Key = (SocketAddr, SocketAddr);
@@ -270,19 +270,19 @@ async fn connect(
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
             c.total.fetch_add(1, Relaxed);
             c.failed.fetch_add(1, Relaxed);
-            info!(%src, %dst, "server refused; refusing the client");
+            debug!(target: crate::CONNECTION_LOG, %src, %dst, "server refused; refusing the client");
             marks.refused
         }
         Ok(Err(e)) => {
             c.total.fetch_add(1, Relaxed);
             c.failed.fetch_add(1, Relaxed);
-            info!(%src, %dst, error = %e, "server unreachable; client gets host-unreachable");
+            debug!(target: crate::CONNECTION_LOG, %src, %dst, error = %e, "server unreachable; client gets host-unreachable");
             marks.unreachable
         }
         Err(_) => {
             c.total.fetch_add(1, Relaxed);
             c.failed.fetch_add(1, Relaxed);
-            info!(%src, %dst, "server did not answer; client gets host-unreachable");
+            debug!(target: crate::CONNECTION_LOG, %src, %dst, "server did not answer; client gets host-unreachable");
             marks.unreachable
         }
     }

@@ -1,6 +1,11 @@
 //! satpep's transparent split-TCP proxy (RFC 3135): TPROXY interception, a transparent
 //! upstream leg, and a relay that keeps half-close and reset semantics. See `docs/proxy.md`.
 
+/// The log target of per-connection events (split, closed, a server that failed): logged
+/// at debug, so a busy gateway's log holds the periodic summary instead of a line per
+/// connection (`RUST_LOG=info,satpep::connection=debug` shows them; the lab does).
+pub const CONNECTION_LOG: &str = "satpep::connection";
+
 pub mod adaptive;
 pub mod config;
 pub mod control;

@@ -48,6 +48,7 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig) -> Vec<&'static str> {
     differ("proxy.keepalive", old.keepalive != new.keepalive);
     differ("proxy.idle_timeout", old.idle_timeout != new.idle_timeout);
     differ("proxy.drain", old.drain != new.drain);
+    differ("proxy.log_summary", old.log_summary != new.log_summary);
     differ("satellite", old.satellite != new.satellite);
     differ("terrestrial", old.terrestrial != new.terrestrial);
     differ("adaptive", old.adaptive != new.adaptive);

@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// How long a Fast Open leg waits for the client's first bytes before connecting without them.
 const FASTOPEN_WAIT: Duration = Duration::from_millis(5);
@@ -223,6 +223,7 @@ pub async fn run(
         .clone()
         .map(|a| tokio::spawn(crate::adaptive::run(a, registry.clone())));
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
+    let summaries = log_summaries(registry.clone(), cfg.log_summary);
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
     // One descriptor held back for the moment the others run out (see the accept loop).
     let mut spare = std::fs::File::open("/dev/null").ok();
@@ -293,6 +294,9 @@ pub async fn run(
     }
     if let Some(i) = idle {
         i.abort();
+    }
+    if let Some(s) = summaries {
+        s.abort();
     }
     drop(spare);
     if let Some(a) = adaptive {
@@ -369,6 +373,59 @@ fn sweep_idle(reg: Arc<Registry>, limit: Option<Duration>) -> Option<tokio::task
             if n > 0 {
                 info!(connections = n, idle = ?limit, "resetting idle connections");
             }
+        }
+    }))
+}
+
+/// Logs one info line every `every` summing up the interval, when anything happened or
+/// connections are live: the per-connection lines are at debug ([`crate::CONNECTION_LOG`]).
+fn log_summaries(
+    reg: Arc<Registry>,
+    every: Option<Duration>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let every = every?;
+    Some(tokio::spawn(async move {
+        let k = &reg.counters;
+        let totals = || {
+            let live = reg.status();
+            (
+                k.total.load(Relaxed),
+                k.failed.load(Relaxed),
+                netfilter::bypassed().unwrap_or(0),
+                k.bytes_up.load(Relaxed) + live.iter().map(|c| c.bytes_up).sum::<u64>(),
+                k.bytes_down.load(Relaxed) + live.iter().map(|c| c.bytes_down).sum::<u64>(),
+                live.len(),
+            )
+        };
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        let mut before = tokio::task::block_in_place(totals);
+        loop {
+            tick.tick().await;
+            // Reads every connection's TCP_INFO and asks nft for the bypass counter.
+            let now = tokio::task::block_in_place(totals);
+            let (accepted, failed, bypassed) = (
+                now.0 - before.0,
+                now.1 - before.1,
+                now.2.saturating_sub(before.2),
+            );
+            let (up, down) = (
+                now.3.saturating_sub(before.3),
+                now.4.saturating_sub(before.4),
+            );
+            if accepted + failed + bypassed + up + down > 0 || now.5 > 0 {
+                info!(
+                    live = now.5,
+                    accepted,
+                    failed,
+                    bypassed,
+                    up_bytes = up,
+                    down_bytes = down,
+                    interval = ?every,
+                    "summary"
+                );
+            }
+            before = now;
         }
     }))
 }
@@ -613,19 +670,19 @@ async fn handle(
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             c.failed.fetch_add(1, Relaxed);
-            info!(%src, %dst, error = %e, "server unreachable; resetting client");
+            debug!(target: crate::CONNECTION_LOG, %src, %dst, error = %e, "server unreachable; resetting client");
             reset_on_close(SockRef::from(&client));
             return;
         }
         Err(_) => {
             c.failed.fetch_add(1, Relaxed);
-            info!(%src, %dst, "server did not answer; resetting client");
+            debug!(target: crate::CONNECTION_LOG, %src, %dst, "server did not answer; resetting client");
             reset_on_close(SockRef::from(&client));
             return;
         }
     };
     crate::sockets::arm(SockRef::from(&server));
-    info!(%src, %dst, "split");
+    debug!(target: crate::CONNECTION_LOG, %src, %dst, "split");
     let (sat, ter) = if cfg.satellite_upstream {
         (&server, &client)
     } else {
@@ -652,7 +709,7 @@ async fn handle(
     // Before the sockets close (at the end of this function).
     reg.remove(&conn);
     let clean = r.up_end == End::Fin && r.down_end == End::Fin;
-    info!(%src, %dst, up = r.up, down = r.down, clean, "closed");
+    debug!(target: crate::CONNECTION_LOG, %src, %dst, up = r.up, down = r.down, clean, "closed");
 }
 
 /// A tunnel gateway: no interception, only the rules that deliver the servers' replies to
@@ -684,6 +741,7 @@ async fn gateway(
     ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
+    let summaries = log_summaries(registry.clone(), cfg.log_summary);
     // The gateway has no memory sampler; it still gives freed heap back.
     let trimmer = {
         let reg = registry.clone();
@@ -711,6 +769,9 @@ async fn gateway(
     .await;
     if let Some(i) = idle {
         i.abort();
+    }
+    if let Some(s) = summaries {
+        s.abort();
     }
     trimmer.abort();
     keeper.abort();
@@ -754,13 +815,13 @@ async fn handle_tunnel(
             Ok(Ok(f)) => f,
             Ok(Err(e)) => {
                 c.failed.fetch_add(1, Relaxed);
-                info!(%src, %dst, error = %e, "tunnel unavailable; resetting client");
+                debug!(target: crate::CONNECTION_LOG, %src, %dst, error = %e, "tunnel unavailable; resetting client");
                 reset_on_close(SockRef::from(&client));
                 return;
             }
             Err(_) => {
                 c.failed.fetch_add(1, Relaxed);
-                info!(%src, %dst, "tunnel did not open in time; resetting client");
+                debug!(target: crate::CONNECTION_LOG, %src, %dst, "tunnel did not open in time; resetting client");
                 reset_on_close(SockRef::from(&client));
                 return;
             }
@@ -768,7 +829,7 @@ async fn handle_tunnel(
     };
     use std::os::fd::AsRawFd;
     let conn = reg.add(src, dst, None, client.as_raw_fd());
-    info!(%src, %dst, "tunnel flow");
+    debug!(target: crate::CONNECTION_LOG, %src, %dst, "tunnel flow");
     let mut client = client;
     crate::tunnel::relay_terminal(&mut client, flow, src, dst, &reg, &conn).await;
     // Before the socket closes (at the end of this function).

@@ -309,11 +309,11 @@ pub async fn relay_terminal(
     flow.finished = r.to_stream == End::Fin;
     if let Err(a) = &r.answer {
         reg.counters.failed.fetch_add(1, Relaxed);
-        info!(%src, %dst, answer = %a, "server failed behind the tunnel; resetting client");
+        debug!(target: crate::CONNECTION_LOG, %src, %dst, answer = %a, "server failed behind the tunnel; resetting client");
         return;
     }
     let clean = r.to_stream == End::Fin && r.to_tcp == End::Fin;
-    info!(%src, %dst, up = r.sent, down = r.received, clean, "tunnel flow closed");
+    debug!(target: crate::CONNECTION_LOG, %src, %dst, up = r.sent, down = r.received, clean, "tunnel flow closed");
 }
 
 /// The result of relaying one flow.
@@ -621,7 +621,7 @@ async fn gateway_flow(
                 _ => Answer::NoAnswer,
             };
             c.failed.fetch_add(1, Relaxed);
-            info!(%src, %dst, %answer, "server failed; answering the terminal");
+            debug!(target: crate::CONNECTION_LOG, %src, %dst, %answer, "server failed; answering the terminal");
             let _ = f.recv.stop(CODE_RESET);
             if f.send.write_all(&[answer as u8]).await.is_ok() && f.send.finish().is_ok() {
                 f.finished = true;
@@ -644,7 +644,7 @@ async fn gateway_flow(
         use std::os::fd::AsRawFd;
         reg.add(src, dst, None, server.as_raw_fd())
     };
-    info!(%src, %dst, "tunnel flow");
+    debug!(target: crate::CONNECTION_LOG, %src, %dst, "tunnel flow");
     let mut server = server;
     let r = relay(
         &mut server,
@@ -662,5 +662,5 @@ async fn gateway_flow(
     reg.remove(&conn);
     c.active.fetch_sub(1, Relaxed);
     let clean = r.to_stream == End::Fin && r.to_tcp == End::Fin;
-    info!(%src, %dst, up = r.received, down = r.sent, clean, "tunnel flow closed");
+    debug!(target: crate::CONNECTION_LOG, %src, %dst, up = r.received, down = r.sent, clean, "tunnel flow closed");
 }

@@ -5,6 +5,7 @@ mod cc_cmd;
 mod keygen_cmd;
 mod lab_cmd;
 mod link_cmd;
+mod logging;
 mod proxy_cmd;
 mod status_cmd;
 

@@ -40,6 +40,13 @@ pub struct ProxyCmd {
     /// Remove anything a previous run left installed, and exit.
     #[arg(long)]
     cleanup: bool,
+    /// Log lines on stderr: text, journal (syslog priority prefixes, no time: what the
+    /// systemd journal ranks), json (one object per line), or auto (journal when stderr is
+    /// the journal, else text). RUST_LOG filters them (default info; each connection's
+    /// lines are at debug under the target satpep::connection, and proxy.log_summary sums
+    /// them up at info).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "auto")]
+    log_format: crate::logging::LogFormat,
 }
 
 /// Reads and validates the configuration (the defaults without a file).
@@ -73,14 +80,7 @@ pub fn main(cmd: ProxyCmd) -> Result<(), String> {
         }
         return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    crate::logging::init(cmd.log_format);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

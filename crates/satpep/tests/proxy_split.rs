@@ -1010,6 +1010,51 @@ fn connections_can_be_served_apart_from_metrics() {
 }
 
 #[test]
+fn connections_log_at_debug_and_a_summary_at_info() {
+    // As an operator runs it (RUST_LOG unset: info): no line per connection, and the
+    // summary counts them.
+    let lab = lab_with(
+        "plog",
+        "[both]\nrate='20Mbit'\ndelay='10ms'\n",
+        Some(Pep {
+            cc: Some("cubic".into()),
+            proxy_toml: Some("log_summary = \"1s\"\n".into()),
+            log_filter: Some("info".into()),
+            ..Default::default()
+        }),
+    );
+    echo_server(&lab, 9330);
+    in_netns(&lab.ns(Host::Client), || {
+        for i in 0..3 {
+            let mut s = TcpStream::connect("198.18.3.2:9330").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            echo(&mut s, i);
+        }
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let log =
+        std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name)).unwrap();
+    assert!(!log.contains(" split "), "{log}");
+    assert!(!log.contains("satpep::connection"), "{log}");
+    let accepted: u64 = log
+        .lines()
+        .filter(|l| l.contains(" summary "))
+        .filter_map(|l| {
+            l.split("accepted=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(accepted, 3, "{log}");
+    assert!(log.contains("up_bytes="), "{log}");
+}
+
+#[test]
 fn idle_connections_are_reset_after_the_idle_timeout_and_busy_ones_are_not() {
     let lab = split_lab_proxy_keys("pidle", "idle_timeout = \"2s\"\n");
     echo_server(&lab, 9007);
