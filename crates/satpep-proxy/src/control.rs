@@ -206,6 +206,11 @@ pub fn metrics(reg: &Registry) -> String {
         ConstGauge::new(k.memory_limit.load(Relaxed) as i64),
     );
     r.register(
+        "connections_limit",
+        "Connections past which new ones bypass the proxy (0: no limit, as at a gateway)",
+        ConstGauge::new(k.max_connections.load(Relaxed) as i64),
+    );
+    r.register(
         "overloads",
         "Times the connection or memory limit was reached",
         ConstCounter::new(k.overloads.load(Relaxed)),

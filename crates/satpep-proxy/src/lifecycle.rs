@@ -38,15 +38,9 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig) -> Vec<&'static str> {
     differ("proxy.queue", old.queue != new.queue);
     differ("proxy.buffer", old.buffer != new.buffer);
     differ("proxy.relay", old.splice != new.splice);
-    differ(
-        "proxy.max_connections",
-        old.max_connections != new.max_connections,
-    );
-    differ("proxy.max_memory", old.max_memory != new.max_memory);
     differ("proxy.metrics", old.metrics != new.metrics);
     differ("proxy.connections", old.connections != new.connections);
     differ("proxy.keepalive", old.keepalive != new.keepalive);
-    differ("proxy.idle_timeout", old.idle_timeout != new.idle_timeout);
     differ("proxy.drain", old.drain != new.drain);
     differ("proxy.log_summary", old.log_summary != new.log_summary);
     differ("satellite", old.satellite != new.satellite);
@@ -54,6 +48,49 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig) -> Vec<&'static str> {
     differ("adaptive", old.adaptive != new.adaptive);
     differ("tunnel", old.tunnel != new.tunnel);
     keys
+}
+
+/// Applies `new`'s limits, which running connections do not depend on: the connection and
+/// memory limits (admission reads them at every accept and every memory sample) and the
+/// idle timeout (the sweep reads it at each tick). Returns what changed, for the log.
+fn apply_limits(old: &ProxyConfig, new: &ProxyConfig, reg: &Registry) -> Vec<String> {
+    let k = &reg.counters;
+    let mut changed = Vec::new();
+    // A gateway admits whatever its terminals open: it has no connection or memory limit.
+    let admits = k.max_connections.load(Relaxed) > 0;
+    if admits && old.max_connections != new.max_connections {
+        // The descriptor limit is raised for the new figure as at a start (the capability
+        // is kept for this); what it cannot hold is left out, as at a start.
+        let b = crate::preflight::fd_budget(new);
+        k.max_connections.store(b.connections, Relaxed);
+        if b.connections < u64::from(new.max_connections) {
+            warn!(
+                limit = b.limit,
+                fits = b.connections,
+                "proxy.max_connections: the descriptor limit holds fewer connections"
+            );
+        }
+        changed.push(format!(
+            "proxy.max_connections {} -> {}",
+            old.max_connections, b.connections
+        ));
+    }
+    if admits && old.max_memory != new.max_memory {
+        k.memory_limit.store(new.max_memory, Relaxed);
+        changed.push(format!(
+            "proxy.max_memory {} -> {} bytes",
+            old.max_memory, new.max_memory
+        ));
+    }
+    if old.idle_timeout != new.idle_timeout {
+        k.idle_timeout_ms
+            .store(crate::server::idle_ms(new.idle_timeout), Relaxed);
+        changed.push(format!(
+            "proxy.idle_timeout {:?} -> {:?}",
+            old.idle_timeout, new.idle_timeout
+        ));
+    }
+    changed
 }
 
 /// `old` with `new`'s choice of which connections are intercepted: the part of a
@@ -119,8 +156,12 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
                     match applied {
                         Ok(()) => {
                             k.reloads.fetch_add(1, Relaxed);
+                            let limits = apply_limits(&cfg, &new, &reg);
                             cfg = next;
-                            info!(interception_changed = changed, "configuration reloaded");
+                            cfg.max_connections = new.max_connections;
+                            cfg.max_memory = new.max_memory;
+                            cfg.idle_timeout = new.idle_timeout;
+                            info!(interception_changed = changed, limits = %limits.join(", "), "configuration reloaded");
                             if !later.is_empty() {
                                 warn!(keys = %later.join(", "), "changed keys that take effect at the next start (live connections depend on them)");
                             }
@@ -156,7 +197,7 @@ mod tests {
     #[test]
     fn a_reload_applies_the_selection_and_names_what_waits_for_a_restart() {
         let old = cfg("[intercept]\nports = [80]\n");
-        let new = cfg("[intercept]\nports = [80, 443]\nexclude_ports = [22]\n[proxy]\nport = 7800\nmax_connections = 5\n");
+        let new = cfg("[intercept]\nports = [80, 443]\nexclude_ports = [22]\n[proxy]\nport = 7800\nbuffer = \"1MiB\"\nmax_connections = 5\n");
         let next = with_selection(&old, &new);
         assert_eq!(next.ports, vec![80, 443]);
         assert_eq!(next.exclude_ports, vec![22]);
@@ -164,8 +205,31 @@ mod tests {
         assert_eq!(next.port, old.port);
         assert_eq!(
             restart_needed(&old, &new),
-            vec!["proxy.port", "proxy.max_connections"]
+            vec!["proxy.port", "proxy.buffer"]
         );
         assert!(restart_needed(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn a_reload_applies_limits_to_the_running_proxy() {
+        let old = cfg("");
+        let new =
+            cfg("[proxy]\nmax_connections = 5\nmax_memory = \"64MiB\"\nidle_timeout = \"90s\"\n");
+        let reg = Registry::default();
+        let k = &reg.counters;
+        k.max_connections.store(10_000, Relaxed);
+        k.memory_limit.store(old.max_memory, Relaxed);
+        let changed = apply_limits(&old, &new, &reg);
+        assert_eq!(changed.len(), 3, "{changed:?}");
+        assert_eq!(k.max_connections.load(Relaxed), 5);
+        assert_eq!(k.memory_limit.load(Relaxed), 64 << 20);
+        assert_eq!(k.idle_timeout_ms.load(Relaxed), 90_000);
+        assert!(apply_limits(&new, &new, &reg).is_empty());
+        // A gateway (no connection limit) takes the idle timeout only.
+        let gw = Registry::default();
+        let changed = apply_limits(&old, &new, &gw);
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert_eq!(gw.counters.memory_limit.load(Relaxed), 0);
+        assert_eq!(gw.counters.idle_timeout_ms.load(Relaxed), 90_000);
     }
 }

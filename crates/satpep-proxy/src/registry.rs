@@ -21,8 +21,13 @@ pub struct Counters {
     /// Connections whose bytes were copied through user space instead of spliced (by
     /// configuration, or because the kernel gave no pipe).
     pub copied: AtomicU64,
-    /// The memory limit, bytes (for `/metrics`).
+    /// The memory limit, bytes: the live value (a reload changes it) that admission reads.
     pub memory_limit: AtomicU64,
+    /// The connection limit in force: `proxy.max_connections`, or fewer if the descriptor
+    /// limit holds fewer (0: none, as at a gateway). A reload changes it.
+    pub max_connections: AtomicU64,
+    /// `proxy.idle_timeout` in milliseconds (0: off). A reload changes it.
+    pub idle_timeout_ms: AtomicU64,
     /// Times the proxy reached its connection limit and started bypassing.
     pub overloads: AtomicU64,
     /// Client → server bytes of closed connections.

@@ -181,9 +181,10 @@ pub async fn run(
     }
     crate::notify::ready("intercepting");
     let watchdog = crate::notify::watchdog();
+    let k = &registry.counters;
+    k.max_connections.store(budget.connections, Relaxed);
+    k.memory_limit.store(cfg.max_memory, Relaxed);
     let admission = Arc::new(Admission {
-        max: budget.connections,
-        max_memory: cfg.max_memory,
         memory: AtomicU64::new(0),
         bypassing: std::sync::Mutex::new(None),
         stopping: std::sync::atomic::AtomicBool::new(false),
@@ -208,10 +209,6 @@ pub async fn run(
             }
         })
     };
-    registry
-        .counters
-        .memory_limit
-        .store(cfg.max_memory, Relaxed);
     let keeper = tokio::spawn(crate::lifecycle::keep(
         cfg.clone(),
         registry.clone(),
@@ -222,7 +219,11 @@ pub async fn run(
         .adaptive
         .clone()
         .map(|a| tokio::spawn(crate::adaptive::run(a, registry.clone())));
-    let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
+    registry
+        .counters
+        .idle_timeout_ms
+        .store(idle_ms(cfg.idle_timeout), Relaxed);
+    let idle = sweep_idle(registry.clone());
     let summaries = log_summaries(registry.clone(), cfg.log_summary);
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
     // One descriptor held back for the moment the others run out (see the accept loop).
@@ -292,9 +293,7 @@ pub async fn run(
     if let Some(w) = watchdog {
         w.abort();
     }
-    if let Some(i) = idle {
-        i.abort();
-    }
+    idle.abort();
     if let Some(s) = summaries {
         s.abort();
     }
@@ -362,19 +361,30 @@ async fn stopped(
     }
 }
 
-/// Resets connections idle for `limit`, checking a few times per `limit`.
-fn sweep_idle(reg: Arc<Registry>, limit: Option<Duration>) -> Option<tokio::task::JoinHandle<()>> {
-    let limit = limit?;
-    Some(tokio::spawn(async move {
-        let mut tick = tokio::time::interval((limit / 4).max(Duration::from_millis(250)));
+/// Resets connections idle for `proxy.idle_timeout` (the registry's live value), checking
+/// four times a second.
+fn sweep_idle(reg: Arc<Registry>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        // The limit may change on a reload: read at each tick.
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
         loop {
             tick.tick().await;
+            let ms = reg.counters.idle_timeout_ms.load(Relaxed);
+            if ms == 0 {
+                continue;
+            }
+            let limit = Duration::from_millis(ms);
             let n = reg.reset_idle(limit);
             if n > 0 {
                 info!(connections = n, idle = ?limit, "resetting idle connections");
             }
         }
-    }))
+    })
+}
+
+/// `proxy.idle_timeout` as the registry keeps it: milliseconds, 0 for off.
+pub fn idle_ms(t: Option<Duration>) -> u64 {
+    t.map_or(0, |d| (d.as_millis() as u64).max(1))
 }
 
 /// Logs one info line every `every` summing up the interval, when anything happened or
@@ -529,8 +539,6 @@ pub fn kernel_tcp_memory() -> u64 {
 /// fall below 90 % of it, so a value hovering at a limit does not rewrite the ruleset on
 /// every connection.
 struct Admission {
-    max: u64,
-    max_memory: u64,
     /// Last sampled memory in use, bytes.
     memory: AtomicU64,
     /// Why new connections bypass now, if they do.
@@ -546,19 +554,24 @@ impl Admission {
         let mut b = self.bypassing.lock().unwrap();
         let active = c.active.load(Relaxed);
         let memory = self.memory.load(Relaxed);
+        // The limits as the last reload left them.
+        let (max, max_memory) = (
+            c.max_connections.load(Relaxed),
+            c.memory_limit.load(Relaxed),
+        );
         let want = if self.stopping.load(Relaxed) {
             Some("stopping")
         } else if b.is_some() {
-            if active * 10 >= self.max * 9 {
+            if active * 10 >= max * 9 {
                 Some("connection limit")
-            } else if memory * 10 >= self.max_memory * 9 {
+            } else if memory * 10 >= max_memory * 9 {
                 Some("memory limit")
             } else {
                 None
             }
-        } else if active >= self.max {
+        } else if active >= max {
             Some("connection limit")
-        } else if memory >= self.max_memory {
+        } else if memory >= max_memory {
             Some("memory limit")
         } else {
             None
@@ -568,10 +581,7 @@ impl Admission {
                 c.overloads.fetch_add(1, Relaxed);
                 warn!(
                     active,
-                    max = self.max,
-                    memory,
-                    max_memory = self.max_memory,
-                    "{why} reached: new connections bypass the proxy"
+                    max, memory, max_memory, "{why} reached: new connections bypass the proxy"
                 );
             } else if want.is_none() {
                 info!(
@@ -740,7 +750,11 @@ async fn gateway(
         reload,
     ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
-    let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
+    registry
+        .counters
+        .idle_timeout_ms
+        .store(idle_ms(cfg.idle_timeout), Relaxed);
+    let idle = sweep_idle(registry.clone());
     let summaries = log_summaries(registry.clone(), cfg.log_summary);
     // The gateway has no memory sampler; it still gives freed heap back.
     let trimmer = {
@@ -767,9 +781,7 @@ async fn gateway(
         shutdown,
     )
     .await;
-    if let Some(i) = idle {
-        i.abort();
-    }
+    idle.abort();
     if let Some(s) = summaries {
         s.abort();
     }

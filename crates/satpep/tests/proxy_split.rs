@@ -1488,6 +1488,87 @@ fn flushed_rules_come_back_and_sighup_reloads_without_dropping_flows() {
     echo(&mut s, 5);
 }
 
+#[test]
+fn a_reload_changes_the_limits_of_the_running_proxy() {
+    let lab = split_lab_with("plimr", "[both]\nrate='100Mbit'\ndelay='5ms'\n", Some(2));
+    echo_server(&lab, 9340);
+    let gw_log = format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name);
+    let splits = || {
+        std::fs::read_to_string(&gw_log)
+            .unwrap()
+            .matches(" split ")
+            .count()
+    };
+    let connect = || {
+        in_netns(&lab.ns(Host::Client), || {
+            let s = TcpStream::connect("198.18.3.2:9340").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+            s
+        })
+        .join()
+        .unwrap()
+    };
+    let (mut a, mut b) = (connect(), connect());
+    echo(&mut a, 1);
+    echo(&mut b, 2);
+    std::thread::sleep(Duration::from_millis(300));
+    // At the limit of 2: the third bypasses.
+    let mut c = connect();
+    echo(&mut c, 3);
+    assert_eq!(splits(), 2);
+    // Both proxies reload with room for a third connection and a 2 s idle timeout.
+    for host in ["terminal", "gateway"] {
+        let file = format!("/run/satpep/lab/{}/proxy-{host}.toml", lab.name);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains("max_connections = 2\n"), "{text}");
+        std::fs::write(
+            &file,
+            text.replace(
+                "max_connections = 2\n",
+                "max_connections = 3\nidle_timeout = \"2s\"\n",
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", &file])
+            .output()
+            .unwrap();
+        let pid: i32 = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("the proxy's pid");
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+    }
+    let applied = (0..30).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        [Host::Terminal, Host::Gateway]
+            .iter()
+            .all(|h| metric(&lab, *h, "satpep_connections_limit") == 3.0)
+    });
+    assert!(applied, "{}", metrics(&lab, Host::Gateway));
+    // Below 90 % of the new limit: the bypass is lifted (within a memory sample) and a new
+    // connection is split.
+    std::thread::sleep(Duration::from_millis(600));
+    let mut d = connect();
+    echo(&mut d, 4);
+    assert_eq!(splits(), 3);
+    // The idle timeout applies to connections made before the reload: a, idle since its
+    // echo, is reset; c, bypassed, is not the proxy's and stays.
+    echo(&mut c, 5);
+    std::thread::sleep(Duration::from_millis(3000));
+    let mut buf = [0u8; 1];
+    let ended = a.write_all(&[6]).is_err() || !matches!(a.read(&mut buf), Ok(1));
+    assert!(
+        ended,
+        "an idle split connection outlived the reloaded idle timeout"
+    );
+    echo(&mut c, 7);
+    let log = std::fs::read_to_string(&gw_log).unwrap();
+    assert!(log.contains("proxy.max_connections 2 -> 3"), "{log}");
+    assert!(!log.contains("take effect at the next start"), "{log}");
+}
+
 /// Whether process `pid` still runs (an exited child not yet reaped does not).
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
