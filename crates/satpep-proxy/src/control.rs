@@ -216,8 +216,7 @@ pub fn metrics(reg: &Registry) -> String {
         ConstCounter::new(k.overloads.load(Relaxed)),
     );
     let bytes = Labelled::<Counter>::default();
-    let up: u64 = k.bytes_up.load(Relaxed) + live.iter().map(|c| c.bytes_up).sum::<u64>();
-    let down: u64 = k.bytes_down.load(Relaxed) + live.iter().map(|c| c.bytes_down).sum::<u64>();
+    let (up, down) = reg.relayed();
     bytes
         .get_or_create(&labels(&[("direction", "up")]))
         .inc_by(up);

@@ -253,6 +253,18 @@ impl Registry {
         self.conns.lock().unwrap().values().cloned().collect()
     }
 
+    /// Bytes relayed since start, (up, down): those of closed connections plus the live
+    /// ones' counts so far.
+    pub fn relayed(&self) -> (u64, u64) {
+        let k = &self.counters;
+        let conns = self.conns.lock().unwrap();
+        let live = |f: fn(&Conn) -> u64| conns.values().map(|c| f(c)).sum::<u64>();
+        (
+            k.bytes_up.load(Relaxed) + live(|c| c.up.load(Relaxed)),
+            k.bytes_down.load(Relaxed) + live(|c| c.down.load(Relaxed)),
+        )
+    }
+
     /// Every live connection with both legs' TCP_INFO.
     pub fn status(&self) -> Vec<ConnStatus> {
         let conns: Vec<Arc<Conn>> = self.conns.lock().unwrap().values().cloned().collect();

@@ -219,11 +219,7 @@ pub async fn run(
         .adaptive
         .clone()
         .map(|a| tokio::spawn(crate::adaptive::run(a, registry.clone())));
-    registry
-        .counters
-        .idle_timeout_ms
-        .store(idle_ms(cfg.idle_timeout), Relaxed);
-    let idle = sweep_idle(registry.clone());
+    let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
     let summaries = log_summaries(registry.clone(), cfg.log_summary);
     let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
     // One descriptor held back for the moment the others run out (see the accept loop).
@@ -361,9 +357,12 @@ async fn stopped(
     }
 }
 
-/// Resets connections idle for `proxy.idle_timeout` (the registry's live value), checking
-/// four times a second.
-fn sweep_idle(reg: Arc<Registry>) -> tokio::task::JoinHandle<()> {
+/// Resets connections idle for `proxy.idle_timeout`, checking four times a second. It starts
+/// at `configured`; the registry keeps the live value, which a reload changes.
+fn sweep_idle(reg: Arc<Registry>, configured: Option<Duration>) -> tokio::task::JoinHandle<()> {
+    reg.counters
+        .idle_timeout_ms
+        .store(idle_ms(configured), Relaxed);
     tokio::spawn(async move {
         // The limit may change on a reload: read at each tick.
         let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -397,14 +396,14 @@ fn log_summaries(
     Some(tokio::spawn(async move {
         let k = &reg.counters;
         let totals = || {
-            let live = reg.status();
+            let (up, down) = reg.relayed();
             (
                 k.total.load(Relaxed),
                 k.failed.load(Relaxed),
                 netfilter::bypassed().unwrap_or(0),
-                k.bytes_up.load(Relaxed) + live.iter().map(|c| c.bytes_up).sum::<u64>(),
-                k.bytes_down.load(Relaxed) + live.iter().map(|c| c.bytes_down).sum::<u64>(),
-                live.len(),
+                up,
+                down,
+                reg.live().len(),
             )
         };
         let mut tick = tokio::time::interval(every);
@@ -412,7 +411,7 @@ fn log_summaries(
         let mut before = tokio::task::block_in_place(totals);
         loop {
             tick.tick().await;
-            // Reads every connection's TCP_INFO and asks nft for the bypass counter.
+            // Asks nft for the bypass counter (a process).
             let now = tokio::task::block_in_place(totals);
             let (accepted, failed, bypassed) = (
                 now.0 - before.0,
@@ -750,11 +749,7 @@ async fn gateway(
         reload,
     ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
-    registry
-        .counters
-        .idle_timeout_ms
-        .store(idle_ms(cfg.idle_timeout), Relaxed);
-    let idle = sweep_idle(registry.clone());
+    let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
     let summaries = log_summaries(registry.clone(), cfg.log_summary);
     // The gateway has no memory sampler; it still gives freed heap back.
     let trimmer = {
