@@ -274,17 +274,30 @@ fn echo(s: &mut TcpStream, b: u8) {
     assert_eq!(r[0], b);
 }
 
+/// Connections the gateway's proxy has split so far (one log line each).
+fn gateway_splits(lab: &Lab) -> usize {
+    lab.proxy_log(Host::Gateway).matches(" split ").count()
+}
+
+/// The pid of the proxy on `host` ("terminal" or "gateway"), found by its config file.
+fn proxy_pid(lab: &Lab, host: &str) -> i32 {
+    let file = format!("/run/satpep/lab/{}/proxy-{host}.toml", lab.name);
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", &file])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {host} proxy runs"))
+}
+
 #[test]
 fn past_the_limit_connections_bypass_and_keep_working() {
     let lab = split_lab_with("plim", "[both]\nrate='100Mbit'\ndelay='5ms'\n", Some(2));
     echo_server(&lab, 9003);
-    let gw_log = format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name);
-    let splits = || {
-        std::fs::read_to_string(&gw_log)
-            .unwrap()
-            .matches(" split ")
-            .count()
-    };
+    let splits = || gateway_splits(&lab);
     let conns = in_netns(&lab.ns(Host::Client), move || {
         let connect = || {
             let s = TcpStream::connect("198.18.3.2:9003").unwrap();
@@ -315,9 +328,9 @@ fn past_the_limit_connections_bypass_and_keep_working() {
         splits(),
         3,
         "a, b and d split, c bypassed:\n{}",
-        std::fs::read_to_string(&gw_log).unwrap()
+        lab.proxy_log(Host::Gateway)
     );
-    let log = std::fs::read_to_string(&gw_log).unwrap();
+    let log = lab.proxy_log(Host::Gateway);
     assert!(log.contains("connection limit reached"), "{log}");
     assert!(log.contains("below the limits again"), "{log}");
     let out = lab
@@ -1034,8 +1047,7 @@ fn connections_log_at_debug_and_a_summary_at_info() {
     .join()
     .unwrap();
     std::thread::sleep(Duration::from_millis(2500));
-    let log =
-        std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name)).unwrap();
+    let log = lab.proxy_log(Host::Gateway);
     assert!(!log.contains(" split "), "{log}");
     assert!(!log.contains("satpep::connection"), "{log}");
     let accepted: u64 = log
@@ -1441,15 +1453,7 @@ fn flushed_rules_come_back_and_sighup_reloads_without_dropping_flows() {
     // SIGHUP with a new selection: port 9321 excluded. The live connection goes on.
     let file = format!("/run/satpep/lab/{}/proxy-terminal.toml", lab.name);
     let text = std::fs::read_to_string(&file).unwrap();
-    let out = std::process::Command::new("pgrep")
-        .args(["-f", &file])
-        .output()
-        .unwrap();
-    let pid: i32 = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("the terminal proxy's pid");
+    let pid = proxy_pid(&lab, "terminal");
     std::fs::write(
         &file,
         text.replace("[intercept]\n", "[intercept]\nports_reloaded = 1\n"),
@@ -1492,13 +1496,7 @@ fn flushed_rules_come_back_and_sighup_reloads_without_dropping_flows() {
 fn a_reload_changes_the_limits_of_the_running_proxy() {
     let lab = split_lab_with("plimr", "[both]\nrate='100Mbit'\ndelay='5ms'\n", Some(2));
     echo_server(&lab, 9340);
-    let gw_log = format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name);
-    let splits = || {
-        std::fs::read_to_string(&gw_log)
-            .unwrap()
-            .matches(" split ")
-            .count()
-    };
+    let splits = || gateway_splits(&lab);
     let connect = || {
         in_netns(&lab.ns(Host::Client), || {
             let s = TcpStream::connect("198.18.3.2:9340").unwrap();
@@ -1529,16 +1527,7 @@ fn a_reload_changes_the_limits_of_the_running_proxy() {
             ),
         )
         .unwrap();
-        let out = std::process::Command::new("pgrep")
-            .args(["-f", &file])
-            .output()
-            .unwrap();
-        let pid: i32 = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .and_then(|l| l.trim().parse().ok())
-            .expect("the proxy's pid");
-        unsafe { libc::kill(pid, libc::SIGHUP) };
+        unsafe { libc::kill(proxy_pid(&lab, host), libc::SIGHUP) };
     }
     let applied = (0..30).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
@@ -1564,7 +1553,7 @@ fn a_reload_changes_the_limits_of_the_running_proxy() {
         "an idle split connection outlived the reloaded idle timeout"
     );
     echo(&mut c, 7);
-    let log = std::fs::read_to_string(&gw_log).unwrap();
+    let log = lab.proxy_log(Host::Gateway);
     assert!(log.contains("proxy.max_connections 2 -> 3"), "{log}");
     assert!(!log.contains("take effect at the next start"), "{log}");
 }
