@@ -12,6 +12,7 @@ const CCS: &[&str] = &[
     "satpep_tarang",
     "satpep_hstcp",
     "satpep_scalable",
+    "satpep_sat",
 ];
 
 fn main() {

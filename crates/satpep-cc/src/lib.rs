@@ -32,6 +32,7 @@ skeleton!(vegas_skel, "satpep_vegas.skel.rs");
 skeleton!(tarang_skel, "satpep_tarang.skel.rs");
 skeleton!(hstcp_skel, "satpep_hstcp.skel.rs");
 skeleton!(scalable_skel, "satpep_scalable.skel.rs");
+skeleton!(sat_skel, "satpep_sat.skel.rs");
 
 /// Opens, configures, loads and registers one skeleton; returns its struct_ops link.
 macro_rules! load_skel {
@@ -85,6 +86,10 @@ pub const BUNDLED: &[Bundled] = &[
     Bundled {
         name: "satpep_scalable",
         about: "Scalable: +1 % of cwnd per RTT, -1/8 on loss",
+    },
+    Bundled {
+        name: "satpep_sat",
+        about: "satellite: rate x (base RTT + short slack) from measured rate and RTT; ignores random loss, drains queues (split's default)",
     },
 ];
 
@@ -290,6 +295,7 @@ pub fn load(name: &str, opts: &Options) -> Result<Loaded, String> {
                 |open| {}
             )
         }
+        "satpep_sat" => load_skel!(name, sat_skel::SatpepSatSkelBuilder, satpep_sat, |open| {}),
         other => {
             let names: Vec<&str> = BUNDLED.iter().map(|b| b.name).collect();
             return Err(format!(

@@ -1,0 +1,608 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * satpep_sat: the satellite leg's controller for split mode. It is the tunnel's `satellite`
+ * controller (crates/satpep-tunnel/src/congestion/satellite.rs, docs/tunnel.md) cut down to
+ * what a kernel TCP sender can keep in its 104 bytes of private state. It needs no
+ * configured rate, keeps the bottleneck's queue short, and ignores random loss.
+ *
+ * Model (BBR's): the rate is the highest delivery rate (the kernel's rate sample, taken over
+ * the longer of the send and ACK spans) of the last 5-10 rounds that were not application
+ * limited, scaled up by the channel's loss rate (lost packets used the link too); the base
+ * RTT the lowest RTT of the last max(2 s, 16 rounds). The window is rate x (base RTT +
+ * slack), slack = max(15 ms, base RTT / 25): the only queue it means to keep.
+ *
+ * Start: 32 segments, doubling every round until the RTT shows a queue above the budget
+ * (slack + max(15 ms, base RTT / 40)) or the rate stops growing by a quarter for three full
+ * rounds. The queue is read as the lowest RTT of the last max(10 ms, base RTT / 8), from at
+ * least three samples, so one late ACK is no queue.
+ *
+ * Rate drops (a fade, other traffic): a queue above the budget means the link serves less
+ * than the model. The rate becomes window / (base RTT + queue) (Vegas's and FAST TCP's
+ * reading), or the delivery rate if lower, and one round at 0.94 x rate x base RTT drains
+ * the queue. A queue left after the drain cuts the rate again.
+ *
+ * Rate rises: every 4 rounds the window probes half a slack above the model; room found
+ * doubles the probe, three in a row (or two full windows that met no queue at all) restart
+ * growth at x1.5 a round.
+ *
+ * A queue that is not its own: three drains in a row that leave a queue bigger than this
+ * sender's window, or four of any size, mean a loss-based sender keeps the buffer full. The
+ * window then holds at least half of the link's rate (as measured before) over the RTT now,
+ * the share a drop-tail queue gives a sender with that much in flight, grows as Reno above
+ * it, and backs off by 0.7 when a loss comes with a queue. After 20 s a drain tests whether
+ * the competitor left.
+ *
+ * Losses without a queue are the channel's noise: repaired by the kernel, no slow down.
+ * Unlike the tunnel's, this one does not detect a buffer shallower than its budget.
+ *
+ * Pacing: 2 x window / RTT in the start, the model's rate in a drain, 1.25 x window / RTT
+ * otherwise (as quinn paces the tunnel), so the window, not the pacer, holds the queue.
+ */
+#include "satpep_tcp.h"
+
+char _license[] SEC("license") = "GPL";
+
+#define PH_STARTUP 0
+#define PH_DRAIN 1
+#define PH_CRUISE 2
+#define PH_PROBE 3
+#define PH_COMPETE 4
+
+#define SLACK_MIN_US 15000U
+#define SLACK_SHARE 25U
+#define MARGIN_MIN_US 15000U
+#define MARGIN_SHARE 40U
+#define BW_BLOCK_ROUNDS 5U
+#define MIN_RTT_SPAN_US 2000000U
+#define MIN_RTT_ROUNDS 16U
+#define RECENT_MIN_US 10000U
+#define RECENT_SHARE 8U
+#define CRUISE_ROUNDS 4U
+#define DRAIN_GAIN_PCT 94U
+#define INITIAL_CWND 32U
+#define MIN_CWND 4U
+#define COMPETE_AT_LEAST_MS 20000U
+/* Bytes a segment takes on the wire beyond its payload (TCP/IP headers with options, and
+ * Ethernet). */
+#define FRAME_OVERHEAD 66U
+#define NOISE_MAX_PPM 500000U
+#define NONE 0xffffffffU
+
+struct sat {
+	u32 bw;            /* model rate, bytes/s */
+	u32 bw_cur;        /* highest sample of this block of rounds */
+	u32 bw_prev;       /* highest sample of the block before */
+	u32 bw_peak;       /* highest rate ever (the competitive mode's fair share) */
+	u32 min_cur;       /* lowest RTT of this half of the base RTT filter, us */
+	u32 min_prev;      /* lowest RTT of the half before */
+	u32 min_stamp_ms;  /* when this half began */
+	u32 recent_cur;    /* lowest RTT of this half of the queue reading's span, us */
+	u32 recent_prev;
+	u32 recent_stamp_ms;
+	u32 next_round;    /* tp->delivered that ends the round */
+	u32 round_acked;   /* segments delivered this round */
+	u32 round_lost;    /* segments lost this round */
+	u32 round_cwnd;    /* window the round began with */
+	u32 round_bw;      /* highest delivery-rate sample this round, bytes/s */
+	u32 ref_bw;        /* start: rate at the last growth; probe: rate before it */
+	u32 probe_extra;   /* segments the probe adds */
+	u32 drain_delivered; /* tp->delivered when the drain began */
+	u32 drain_min;     /* lowest RTT of segments sent in the drain, us */
+	u32 drain_acked;   /* segments sent in the drain and delivered */
+	u32 stamp_ms;      /* the last drain ended; in the competitive mode, when it began */
+	u32 noise_ppm;     /* loss rate of rounds with no queue, per million */
+	u8 phase;
+	u8 phase_rounds;
+	u8 full_rounds;
+	u8 probe_wins;
+	u8 idle_rounds;
+	u8 undrained;
+	u8 recent_n;       /* RTT samples in the queue reading's two halves (saturating) */
+	u8 bw_rounds;
+	u8 cnt;            /* growth not yet applied, segments */
+	u8 reacted:1;      /* reacted to a queue this round */
+	u8 app_limited:1;  /* this round had too little to send */
+	u8 regrowth:1;     /* growth after the start: x1.5 a round */
+};
+
+_Static_assert(sizeof(struct sat) <= 104, "struct sat must fit icsk_ca_priv");
+
+static __always_inline u32 now_ms(const struct tcp_sock *tp)
+{
+	return (u32)(tp->tcp_mstamp / USEC_PER_MSEC);
+}
+
+static __always_inline u32 base_us(const struct sat *ca)
+{
+	u32 m = min(ca->min_cur, ca->min_prev);
+
+	return m == NONE ? 0 : m;
+}
+
+/* Bytes at `bw` over `us`, in segments. */
+static __always_inline u32 segs_in(const struct tcp_sock *tp, u32 bw, u32 us)
+{
+	return (u32)((u64)bw * us / USEC_PER_SEC / max(tp->mss_cache, 1U));
+}
+
+/* How long `n` segments take at the model's rate, us (0 while it is unknown). */
+static __always_inline u32 segs_time(const struct tcp_sock *tp, const struct sat *ca, u32 n)
+{
+	if (!ca->bw)
+		return 0;
+	return (u32)min((u64)n * (tp->mss_cache + FRAME_OVERHEAD) * USEC_PER_SEC / ca->bw,
+			USEC_PER_SEC);
+}
+
+static __always_inline u32 slack_us(const struct tcp_sock *tp, const struct sat *ca)
+{
+	return max(max(SLACK_MIN_US, base_us(ca) / SLACK_SHARE), segs_time(tp, ca, 2));
+}
+
+/* Above the slack: jitter, delayed ACKs, small path changes; four segments' time on a thin
+ * link, where one or two segments of jitter are otherwise read as a queue. */
+static __always_inline u32 margin_us(const struct tcp_sock *tp, const struct sat *ca)
+{
+	return max(max(MARGIN_MIN_US, base_us(ca) / MARGIN_SHARE), segs_time(tp, ca, 4));
+}
+
+static __always_inline u32 budget_us(const struct tcp_sock *tp, const struct sat *ca)
+{
+	return slack_us(tp, ca) + margin_us(tp, ca);
+}
+
+/* The queue the latest RTT samples show: their lowest above the base RTT. */
+static __always_inline u32 queue_us(const struct sat *ca)
+{
+	u32 r = min(ca->recent_cur, ca->recent_prev);
+	u32 b = base_us(ca);
+
+	if (r == NONE || !b || r < b)
+		return 0;
+	return r - b;
+}
+
+/* What the window delivers at the RTT now, bytes/s (Vegas's reading of a standing queue). */
+static __always_inline u32 rate_at_queue(const struct tcp_sock *tp, const struct sat *ca)
+{
+	u64 rtt = (u64)base_us(ca) + queue_us(ca);
+
+	return (u32)min((u64)tp->snd_cwnd * tp->mss_cache * USEC_PER_SEC / max(rtt, 1ULL),
+			0xffffffffULL);
+}
+
+/* The window the model and the phase call for, segments. */
+static __always_inline u32 target(const struct tcp_sock *tp, const struct sat *ca)
+{
+	u32 base = base_us(ca), bdp, w;
+
+	if (!base || !ca->bw)
+		return tp->snd_cwnd;
+	bdp = segs_in(tp, ca->bw, base);
+	switch (ca->phase) {
+	case PH_DRAIN:
+		w = bdp * DRAIN_GAIN_PCT / 100;
+		break;
+	case PH_CRUISE:
+		w = bdp + segs_in(tp, ca->bw, slack_us(tp, ca));
+		break;
+	case PH_PROBE:
+		w = bdp + segs_in(tp, ca->bw, slack_us(tp, ca)) + ca->probe_extra;
+		break;
+	default:
+		return tp->snd_cwnd;
+	}
+	return max(w, MIN_CWND);
+}
+
+/* The competitive mode's least window: half the link's rate over the RTT now. */
+static __always_inline u32 fair_share(const struct tcp_sock *tp, const struct sat *ca)
+{
+	return max(segs_in(tp, ca->bw_peak / 2, tp->srtt_us >> 3), MIN_CWND);
+}
+
+static __always_inline void set_bw(struct sat *ca, u32 bw)
+{
+	ca->bw = bw;
+	ca->bw_cur = bw;
+	ca->bw_prev = bw;
+	ca->bw_rounds = 0;
+}
+
+static __always_inline void enter(struct sock *sk, struct sat *ca, u8 phase)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	bool ramp = phase == PH_CRUISE || phase == PH_PROBE;
+	u32 t;
+
+	ca->phase = phase;
+	ca->phase_rounds = 0;
+	ca->idle_rounds = 0;
+	if (phase == PH_DRAIN) {
+		ca->drain_delivered = tp->delivered;
+		ca->drain_min = NONE;
+		ca->drain_acked = 0;
+	}
+	t = target(tp, ca);
+	/* Down at once; up gradually (cong_control), or the window leaves as a burst. */
+	if (!(ramp && t > tp->snd_cwnd))
+		tp->snd_cwnd = max(min(t, tp->snd_cwnd_clamp), MIN_CWND);
+}
+
+/* The link is faster than the model: grow again, at x1.5 a round. */
+static __always_inline void regrow(struct sock *sk, struct sat *ca)
+{
+	ca->regrowth = 1;
+	ca->ref_bw = ca->bw;
+	ca->full_rounds = 0;
+	enter(sk, ca, PH_STARTUP);
+}
+
+/* The queue is too long: the rate is what the bottleneck serves now; drain the queue. */
+static __always_inline void react(struct sock *sk, struct sat *ca)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	u32 by_rtt, measured;
+
+	ca->reacted = 1;
+	if (ca->phase == PH_STARTUP) {
+		set_bw(ca, max(ca->bw, ca->round_bw));
+	} else {
+		by_rtt = rate_at_queue(tp, ca);
+		measured = max(ca->round_bw, 1U);
+		set_bw(ca, min(min(ca->bw, by_rtt), max(measured, by_rtt / 2)));
+	}
+	if (!ca->bw) {
+		tp->snd_cwnd = max(tp->snd_cwnd / 2, MIN_CWND);
+		return;
+	}
+	enter(sk, ca, PH_DRAIN);
+}
+
+static __always_inline void end_drain(struct sock *sk, struct sat *ca)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	u32 base = base_us(ca), queue = queue_us(ca), by_rtt;
+	bool foreign;
+
+	ca->stamp_ms = now_ms(tp);
+	if (ca->drain_min == NONE || ca->drain_min <= base + margin_us(tp, ca)) {
+		ca->undrained = 0;
+		enter(sk, ca, PH_CRUISE);
+		return;
+	}
+	if (ca->undrained < 255)
+		ca->undrained++;
+	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
+	foreign = (u64)ca->bw_peak * queue / USEC_PER_SEC > 2ULL * tp->snd_cwnd * tp->mss_cache;
+	if ((ca->undrained >= 3 && foreign) || ca->undrained >= 4) {
+		/* Drains leave a queue: another sender keeps the buffer full. Start from half
+		 * of what the link carried, not from where the drains cut the rate. */
+		u32 share = segs_in(tp, ca->bw_peak, base + queue) / 2;
+
+		tp->snd_cwnd = max(max(segs_in(tp, ca->bw, base + queue), share), MIN_CWND);
+		enter(sk, ca, PH_COMPETE);
+		return;
+	}
+	/* The rate estimate is still too high: cut by what the queue says, 1/7 at least and
+	 * half at most, and drain again. */
+	by_rtt = rate_at_queue(tp, ca);
+	set_bw(ca, min(ca->bw - ca->bw / 7, max(by_rtt, ca->bw / 2)));
+	enter(sk, ca, PH_DRAIN);
+}
+
+static __always_inline u32 min_rtt_span_us(const struct sat *ca)
+{
+	return max(MIN_RTT_SPAN_US, base_us(ca) * MIN_RTT_ROUNDS);
+}
+
+static __always_inline void end_round(struct sock *sk, struct sat *ca)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	u32 base = base_us(ca), noise = min(ca->noise_ppm, NOISE_MAX_PPM);
+	u32 total = ca->round_acked + ca->round_lost;
+	u64 sample = (u64)ca->round_bw * USEC_PER_SEC / (USEC_PER_SEC - noise);
+	bool limited = ca->app_limited || total < ca->round_cwnd / 2;
+	bool filled = !ca->app_limited && total >= ca->round_cwnd / 2;
+	bool idle;
+
+	sample = min(sample, 0xffffffffULL);
+	/* The channel's noise: rounds that met no queue lose only to it. */
+	if (!ca->reacted && ca->phase != PH_COMPETE && total >= 30) {
+		u32 s = (u32)((u64)ca->round_lost * USEC_PER_SEC / total);
+
+		ca->noise_ppm = s >= ca->noise_ppm ? ca->noise_ppm + (s - ca->noise_ppm) / 4
+						   : ca->noise_ppm - (ca->noise_ppm - s) / 4;
+	}
+	if (sample && (!limited || sample > ca->bw))
+		ca->bw_cur = max(ca->bw_cur, (u32)sample);
+	ca->bw = max(ca->bw_cur, ca->bw_prev);
+	if (++ca->bw_rounds >= BW_BLOCK_ROUNDS) {
+		ca->bw_prev = ca->bw_cur;
+		ca->bw_cur = 0;
+		ca->bw_rounds = 0;
+	}
+	ca->bw_peak = max(ca->bw_peak, ca->bw);
+	/* A full window at the model's bandwidth-delay product met no queue at all: the model is
+	 * too slow (a fade ended, other traffic left, a drain cut too deep). */
+	idle = filled && (ca->phase == PH_CRUISE || ca->phase == PH_PROBE) &&
+	       ca->round_cwnd >= segs_in(tp, ca->bw, base) && ca->recent_n >= 3 &&
+	       queue_us(ca) < slack_us(tp, ca) / 4;
+	ca->round_acked = 0;
+	ca->round_lost = 0;
+	ca->round_bw = 0;
+	ca->round_cwnd = tp->snd_cwnd;
+	ca->app_limited = 0;
+	ca->reacted = 0;
+	if (ca->phase_rounds < 255)
+		ca->phase_rounds++;
+	ca->idle_rounds = idle ? min(ca->idle_rounds + 1, 255) : 0;
+
+	switch (ca->phase) {
+	case PH_STARTUP:
+		if (!filled)
+			break;
+		if (ca->bw >= ca->ref_bw + ca->ref_bw / 4) {
+			ca->ref_bw = ca->bw;
+			ca->full_rounds = 0;
+		} else if (++ca->full_rounds >= 3) {
+			enter(sk, ca, PH_DRAIN);
+		}
+		break;
+	case PH_CRUISE:
+		if (ca->idle_rounds >= 2) {
+			regrow(sk, ca);
+		} else if (ca->phase_rounds >= CRUISE_ROUNDS) {
+			ca->ref_bw = ca->bw;
+			ca->probe_wins = 0;
+			ca->probe_extra = max(segs_in(tp, ca->bw, slack_us(tp, ca)) / 2, 2U);
+			enter(sk, ca, PH_PROBE);
+		}
+		break;
+	case PH_PROBE:
+		if (ca->idle_rounds >= 2) {
+			regrow(sk, ca);
+		} else if (ca->phase_rounds >= 2) {
+			/* The extra could add extra / BDP to the rate: half of that (1 % at least)
+			 * says there was room. */
+			u64 bdp = max(segs_in(tp, ca->ref_bw, base), 1U);
+			u64 share = max((u64)ca->probe_extra * 1000000 / bdp / 2, 10000ULL);
+			bool grew = (u64)ca->bw * 1000000 > (u64)ca->ref_bw * (1000000 + share);
+
+			if (grew && ca->probe_wins < 2) {
+				ca->probe_wins++;
+				ca->ref_bw = ca->bw;
+				ca->probe_extra *= 2;
+				ca->phase_rounds = 1;
+			} else if (grew) {
+				tp->snd_cwnd = max(target(tp, ca), MIN_CWND);
+				regrow(sk, ca);
+			} else if (now_ms(tp) - ca->stamp_ms > min_rtt_span_us(ca) / 2000) {
+				/* The base RTT was last sampled long ago: a drain samples it. */
+				enter(sk, ca, PH_DRAIN);
+			} else {
+				enter(sk, ca, PH_CRUISE);
+			}
+		}
+		break;
+	case PH_COMPETE:
+		if (ca->phase_rounds >= CRUISE_ROUNDS &&
+		    now_ms(tp) - ca->stamp_ms >= COMPETE_AT_LEAST_MS) {
+			/* Has the competitor left? A drain at our share tells. The base RTT from
+			 * before it is what the drain compares with: competing did not age it. */
+			set_bw(ca, rate_at_queue(tp, ca));
+			ca->undrained = 2;
+			ca->min_stamp_ms = now_ms(tp);
+			enter(sk, ca, PH_DRAIN);
+		}
+		break;
+	}
+}
+
+/* One RTT sample (us) into the base RTT filter and the queue reading. */
+static __always_inline void rtt_sample(const struct tcp_sock *tp, struct sat *ca, u32 rtt)
+{
+	u32 t = now_ms(tp);
+	u32 recent_half = max(RECENT_MIN_US, base_us(ca) / RECENT_SHARE) / 2000;
+
+	/* Not against a competitor, whose queue never empties: the full buffer's RTT would
+	 * become the base, and the drain that checks whether it left would find no queue. */
+	if (ca->phase != PH_COMPETE) {
+		if (t - ca->min_stamp_ms > min_rtt_span_us(ca) / 2000) {
+			ca->min_prev = ca->min_cur;
+			ca->min_cur = rtt;
+			ca->min_stamp_ms = t;
+		} else {
+			ca->min_cur = min(ca->min_cur, rtt);
+		}
+	}
+	if (t - ca->recent_stamp_ms >= max(recent_half, 1U)) {
+		ca->recent_prev = ca->recent_cur;
+		ca->recent_cur = rtt;
+		ca->recent_stamp_ms = t;
+		ca->recent_n = ca->recent_n ? 2 : 1;
+	} else {
+		ca->recent_cur = min(ca->recent_cur, rtt);
+		if (ca->recent_n < 255)
+			ca->recent_n++;
+	}
+}
+
+static __always_inline void set_pacing(struct sock *sk, const struct sat *ca)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	u64 rate;
+
+	if (!tp->srtt_us)
+		return;
+	/* srtt_us is <<3. */
+	rate = (u64)tp->snd_cwnd * tp->mss_cache * USEC_PER_SEC * 8 / tp->srtt_us;
+	if (ca->phase == PH_STARTUP)
+		rate *= 2;
+	else if (ca->phase == PH_DRAIN && ca->bw)
+		rate = ca->bw;
+	else
+		rate = rate * 5 / 4;
+	sk->sk_pacing_rate = min(rate, (u64)sk->sk_max_pacing_rate);
+}
+
+SEC("struct_ops")
+void BPF_PROG(sat_init, struct sock *sk)
+{
+	struct sat *ca = inet_csk_ca(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
+
+	__builtin_memset(ca, 0, sizeof(*ca));
+	ca->min_cur = NONE;
+	ca->min_prev = NONE;
+	ca->recent_cur = NONE;
+	ca->recent_prev = NONE;
+	ca->min_stamp_ms = now_ms(tp);
+	ca->recent_stamp_ms = now_ms(tp);
+	ca->stamp_ms = now_ms(tp);
+	ca->drain_min = NONE;
+	ca->next_round = tp->delivered;
+	tp->snd_cwnd = max(tp->snd_cwnd, INITIAL_CWND);
+	ca->round_cwnd = tp->snd_cwnd;
+	enable_pacing(sk);
+}
+
+SEC("struct_ops")
+void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct rate_sample *rs)
+{
+	struct sat *ca = inet_csk_ca(sk);
+	struct tcp_sock *tp = tcp_sk(sk);
+	u32 acked = rs->acked_sacked > 0 ? rs->acked_sacked : 0;
+	long rtt = rs->rtt_us;
+	bool too_long;
+
+	if (rtt > 0)
+		rtt_sample(tp, ca, (u32)rtt);
+	ca->round_acked += acked;
+	if (rs->losses > 0)
+		ca->round_lost += rs->losses;
+	if (rs->is_app_limited)
+		ca->app_limited = 1;
+	if (rs->delivered > 0 && rs->interval_us > 0) {
+		u64 s = (u64)rs->delivered * tp->mss_cache * USEC_PER_SEC / rs->interval_us;
+
+		s = min(s, 0xffffffffULL);
+		if (!rs->is_app_limited || s > ca->bw)
+			ca->round_bw = max(ca->round_bw, (u32)s);
+	}
+	if (ca->phase == PH_DRAIN && rtt > 0 &&
+	    (s32)(rs->prior_delivered - ca->drain_delivered) >= 0) {
+		ca->drain_min = min(ca->drain_min, (u32)rtt);
+		ca->drain_acked += acked;
+	}
+	if (rs->delivered >= 0 && rs->interval_us > 0 &&
+	    (s32)(rs->prior_delivered - ca->next_round) >= 0) {
+		ca->next_round = tp->delivered;
+		end_round(sk, ca);
+	}
+
+	too_long = ca->recent_n >= 3 && queue_us(ca) > budget_us(tp, ca);
+	switch (ca->phase) {
+	case PH_STARTUP:
+		if (!rs->is_app_limited) {
+			if (ca->regrowth) {
+				u32 c = ca->cnt + acked;
+
+				tp->snd_cwnd += c / 2;
+				ca->cnt = c & 1;
+			} else {
+				tp->snd_cwnd += acked;
+			}
+		}
+		/* A timeout took the window to one segment: the rate found so far stays. */
+		if (ca_state(sk) == TCP_CA_Loss && ca->bw)
+			tp->snd_cwnd = max(tp->snd_cwnd, segs_in(tp, ca->bw, base_us(ca)));
+		if (too_long)
+			react(sk, ca);
+		break;
+	case PH_CRUISE:
+	case PH_PROBE:
+		if (too_long && !ca->reacted)
+			react(sk, ca);
+		break;
+	case PH_DRAIN:
+		/* Half a window of segments sent in the drain is back: the queue they met is
+		 * what is left. */
+		if (ca->drain_acked >= tp->snd_cwnd / 2)
+			end_drain(sk, ca);
+		break;
+	case PH_COMPETE:
+		if (rs->losses > 0 && too_long && !ca->reacted) {
+			/* A loss with a queue: back off as the loss-based competitor does. */
+			ca->reacted = 1;
+			tp->snd_cwnd = max(tp->snd_cwnd * 7 / 10, fair_share(tp, ca));
+		} else if (!rs->is_app_limited) {
+			u32 c = ca->cnt + acked;
+
+			if (tp->snd_cwnd < fair_share(tp, ca)) {
+				tp->snd_cwnd += c / 4;
+				ca->cnt = c & 3;
+			} else {
+				/* Reno above the fair share: a segment a window. */
+				tp->snd_cwnd_cnt += acked;
+				if (tp->snd_cwnd_cnt >= tp->snd_cwnd) {
+					tp->snd_cwnd_cnt = 0;
+					tp->snd_cwnd++;
+				}
+			}
+		}
+		tp->snd_cwnd = max(tp->snd_cwnd, fair_share(tp, ca));
+		break;
+	}
+	if (ca->phase != PH_STARTUP && ca->phase != PH_COMPETE) {
+		u32 t = target(tp, ca);
+
+		if (t > tp->snd_cwnd) {
+			/* Up by a quarter of what is acknowledged. */
+			u32 c = ca->cnt + acked;
+
+			tp->snd_cwnd = min(tp->snd_cwnd + c / 4, t);
+			ca->cnt = c & 3;
+		} else {
+			tp->snd_cwnd = t;
+		}
+	}
+	tp->snd_cwnd = max(min(tp->snd_cwnd, tp->snd_cwnd_clamp), MIN_CWND);
+	set_pacing(sk, ca);
+}
+
+SEC("struct_ops")
+void BPF_PROG(sat_cwnd_event, struct sock *sk, int event)
+{
+	struct sat *ca = inet_csk_ca(sk);
+
+	/* A timeout: what was in flight says nothing about the queue now. */
+	if (event == CA_EVENT_LOSS) {
+		ca->recent_cur = NONE;
+		ca->recent_prev = NONE;
+		ca->recent_n = 0;
+	}
+}
+
+/* Losses alone do not slow it down: the kernel's ssthresh stays where it is. */
+SEC("struct_ops")
+u32 BPF_PROG(sat_ssthresh, struct sock *sk)
+{
+	return tcp_sk(sk)->snd_ssthresh;
+}
+
+SEC("struct_ops")
+u32 BPF_PROG(sat_undo_cwnd, struct sock *sk)
+{
+	return tcp_sk(sk)->snd_cwnd;
+}
+
+SEC(".struct_ops.link")
+struct tcp_congestion_ops satpep_sat = {
+	.init = (void *)sat_init,
+	.cong_control = (void *)sat_cong_control,
+	.cwnd_event = (void *)sat_cwnd_event,
+	.ssthresh = (void *)sat_ssthresh,
+	.undo_cwnd = (void *)sat_undo_cwnd,
+	.name = "satpep_sat",
+};
