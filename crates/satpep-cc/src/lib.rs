@@ -93,6 +93,9 @@ pub const BUNDLED: &[Bundled] = &[
     },
 ];
 
+/// The controller split mode's satellite leg uses when none is configured.
+pub const SPLIT_DEFAULT: &str = "satpep_sat";
+
 /// Settings applied when loading.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {

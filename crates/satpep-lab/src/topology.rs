@@ -783,6 +783,14 @@ impl Lab {
                 }
             }
             Some(cc) => ensure_cc(cc)?,
+            // The proxies' default: registered here, pinned, because the terminal's and the
+            // gateway's proxies share one kernel and each would unregister it on exit
+            // (their bpffs mounts are their own). If it cannot load, they fall back.
+            None if pep.tunnel.is_none() => {
+                if let Err(e) = ensure_cc(satpep_cc::SPLIT_DEFAULT) {
+                    eprintln!("warning: {e}; the proxies fall back to bbr");
+                }
+            }
             None => {}
         }
         self.state.log_filter = pep.log_filter.clone();

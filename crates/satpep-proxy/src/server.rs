@@ -20,12 +20,18 @@ const FASTOPEN_WAIT: Duration = Duration::from_millis(5);
 /// How long an upstream connection attempt may take before the client is reset.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The satellite leg's controller when the configuration names none: the kernel's `bbr` if
-/// this kernel has it. Measured on the field benchmark (docs/proxy.md), it is never slower
-/// than end-to-end TCP there, where the kernel's usual default, cubic, collapses at the
-/// first random losses of a long link; without it the kernel's default stays, with a
-/// warning.
-pub const DEFAULT_SATELLITE_CONGESTION: &str = "bbr";
+/// The satellite leg's controller when the configuration names none: satpep's own
+/// `satpep_sat` (the tunnel's controller as a BPF congestion control, loaded by the proxy).
+/// On the field benchmark it kept the queue of a GEO link at BER 1e-6 to a p95 of 59 ms
+/// where kernel BBR kept 558, and carried more (docs/field.md). Where BPF congestion
+/// controls cannot load, [`FALLBACK_SATELLITE_CONGESTION`] is used instead.
+pub const DEFAULT_SATELLITE_CONGESTION: &str = satpep_cc::SPLIT_DEFAULT;
+
+/// The satellite leg's controller when the default cannot load: the kernel's `bbr`, never
+/// slower than end-to-end TCP on the field benchmark, where the kernel's usual default,
+/// cubic, collapses at the first random losses of a long link; without it the kernel's
+/// default stays, with a warning.
+pub const FALLBACK_SATELLITE_CONGESTION: &str = "bbr";
 
 /// Selects `cc` on a throwaway socket: whether this kernel has it (a kernel controller not
 /// loaded yet, such as bbr, is loaded by selecting it once).
@@ -34,21 +40,55 @@ pub(crate) fn try_congestion(cc: &str) -> std::io::Result<()> {
     crate::sockets::set_congestion(probe.as_raw_fd(), cc)
 }
 
-fn default_satellite_congestion(cfg: &mut ProxyConfig) {
-    // With adaptive selection this is the controller a connection starts on.
-    if cfg.satellite.congestion.is_some() {
-        return;
+fn default_satellite_congestion(cfg: &mut ProxyConfig) -> Option<satpep_cc::Loaded> {
+    // With adaptive selection this is the controller a connection starts on. With a
+    // tunnel no TCP connection crosses the satellite.
+    if cfg.satellite.congestion.is_some() || cfg.tunnel.is_some() {
+        return None;
     }
     let cc = DEFAULT_SATELLITE_CONGESTION;
+    let loaded = if satpep_cc::available().iter().any(|a| a == cc) {
+        // Registered already (satpep cc load --pin, or another satpep on this host).
+        Ok(None)
+    } else {
+        // Pinned, so that it outlives this process: another proxy on this host (a lab's
+        // terminal and gateway share one kernel) may select it after this one exits or
+        // crashes. Held by this process only if bpffs is unavailable.
+        satpep_cc::load(cc, &satpep_cc::Options::default()).map(|mut l| match l.pin() {
+            Ok(_) => None,
+            Err(e) => {
+                warn!("satellite leg: {cc} stays registered only while this proxy runs: {e}");
+                Some(l)
+            }
+        })
+    };
+    // Another proxy starting beside this one may have registered it meanwhile.
+    let loaded = loaded.or_else(|e| {
+        if satpep_cc::available().iter().any(|a| a == cc) {
+            Ok(None)
+        } else {
+            Err(e)
+        }
+    });
+    match loaded {
+        Ok(l) => {
+            info!(congestion = %cc, "satellite leg: no controller configured, using the default");
+            cfg.satellite.congestion = Some(cc.into());
+            return l;
+        }
+        Err(e) => warn!("satellite leg: the default controller '{cc}' cannot load ({e})"),
+    }
+    let cc = FALLBACK_SATELLITE_CONGESTION;
     match try_congestion(cc) {
         Ok(()) => {
-            info!(congestion = %cc, "satellite leg: no controller configured, using the default");
+            warn!(congestion = %cc, "satellite leg: using the fallback controller");
             cfg.satellite.congestion = Some(cc.into());
         }
         Err(e) => warn!(
-            "satellite leg: the default controller '{cc}' is not available ({e}); the kernel's default is used"
+            "satellite leg: the fallback controller '{cc}' is not available either ({e}); the kernel's default is used"
         ),
     }
+    None
 }
 
 /// Runs the proxy until it is told to stop: a message on `stop` (a SIGTERM or SIGINT) starts
@@ -60,7 +100,7 @@ pub async fn run(
     reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
 ) -> Result<Arc<Registry>, String> {
     let mut cfg = cfg;
-    default_satellite_congestion(&mut cfg);
+    let default_cc = default_satellite_congestion(&mut cfg);
     let (down_leg, up_leg) = if cfg.satellite_upstream {
         (cfg.terrestrial.clone(), cfg.satellite.clone())
     } else {
@@ -72,7 +112,7 @@ pub async fn run(
     // satpep's own congestion controls are loaded for as long as the proxy runs, unless
     // something else (satpep cc load --pin) already registered them. Each wanted one comes
     // with the config key that asked for it, for the error message.
-    let mut bundled: Vec<satpep_cc::Loaded> = Vec::new();
+    let mut bundled: Vec<satpep_cc::Loaded> = default_cc.into_iter().collect();
     for (cc, key) in crate::preflight::wanted_congestion(&cfg) {
         let ours = satpep_cc::BUNDLED.iter().any(|b| b.name == cc);
         let loaded = bundled.iter().any(|l| l.name == cc);

@@ -83,7 +83,7 @@ struct sat {
 	u32 round_acked;   /* segments delivered this round */
 	u32 round_lost;    /* segments lost this round */
 	u32 round_cwnd;    /* window the round began with */
-	u32 round_bw;      /* highest delivery-rate sample this round, bytes/s */
+	u32 round_bw;      /* latest delivery-rate sample this round (start: highest), bytes/s */
 	u32 ref_bw;        /* start: rate at the last growth; probe: rate before it */
 	u32 probe_extra;   /* segments the probe adds */
 	u32 drain_delivered; /* tp->delivered when the drain began */
@@ -91,6 +91,7 @@ struct sat {
 	u32 drain_acked;   /* segments sent in the drain and delivered */
 	u32 stamp_ms;      /* the last drain ended; in the competitive mode, when it began */
 	u32 noise_ppm;     /* loss rate of rounds with no queue, per million */
+	u32 left_us;       /* queue the last drain left, us */
 	u8 phase;
 	u8 phase_rounds;
 	u8 full_rounds;
@@ -271,8 +272,11 @@ static __always_inline void end_drain(struct sock *sk, struct sat *ca)
 		enter(sk, ca, PH_CRUISE);
 		return;
 	}
-	if (ca->undrained < 255)
+	/* A queue that shrinks from drain to drain is one the cuts are catching up with (a link
+	 * slowing step by step, as in a rain fade): no sign of another sender. */
+	if (ca->undrained < 255 && (!ca->undrained || queue >= ca->left_us * 3 / 4))
 		ca->undrained++;
+	ca->left_us = queue;
 	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
 	foreign = (u64)ca->bw_peak * queue / USEC_PER_SEC > 2ULL * tp->snd_cwnd * tp->mss_cache;
 	if ((ca->undrained >= 3 && foreign) || ca->undrained >= 4) {
@@ -487,8 +491,12 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 		u64 s = (u64)rs->delivered * tp->mss_cache * USEC_PER_SEC / rs->interval_us;
 
 		s = min(s, 0xffffffffULL);
+		/* The latest sample, not the round's highest: each spans about a round, and the
+		 * highest of a round's many read the link 2-3 % fast, which then stood as
+		 * 15 ms of queue on a GEO path. In the start the highest: the rate doubles
+		 * within a round, and the start ends on what the last of it delivered. */
 		if (!rs->is_app_limited || s > ca->bw)
-			ca->round_bw = max(ca->round_bw, (u32)s);
+			ca->round_bw = ca->phase == PH_STARTUP ? max(ca->round_bw, (u32)s) : (u32)s;
 	}
 	if (ca->phase == PH_DRAIN && rtt > 0 &&
 	    (s32)(rs->prior_delivered - ca->drain_delivered) >= 0) {
@@ -501,7 +509,11 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 		end_round(sk, ca);
 	}
 
-	too_long = ca->recent_n >= 3 && queue_us(ca) > budget_us(tp, ca);
+	/* A probe means to queue its extra: above the budget by more than that, the link got
+	 * slower. */
+	too_long = ca->recent_n >= 3 &&
+		   queue_us(ca) > budget_us(tp, ca) +
+				  (ca->phase == PH_PROBE ? segs_time(tp, ca, ca->probe_extra) : 0);
 	switch (ca->phase) {
 	case PH_STARTUP:
 		if (!rs->is_app_limited) {
@@ -533,8 +545,13 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 		break;
 	case PH_COMPETE:
 		if (rs->losses > 0 && too_long && !ca->reacted) {
-			/* A loss with a queue: back off as the loss-based competitor does. */
+			/* A loss with a queue: back off as the loss-based competitor does. The
+			 * fair share is at most twice what this sender delivers: with the buffer
+			 * full, a link that slowed (a fade while competing) would otherwise keep
+			 * the floor above the whole link and the buffer full. */
 			ca->reacted = 1;
+			if (ca->bw)
+				ca->bw_peak = (u32)min((u64)ca->bw_peak, 2ULL * max(ca->bw, ca->round_bw));
 			tp->snd_cwnd = max(tp->snd_cwnd * 7 / 10, fair_share(tp, ca));
 		} else if (!rs->is_app_limited) {
 			u32 c = ca->cnt + acked;
