@@ -28,8 +28,8 @@ fn list_names_every_bundled_controller_and_the_kernels() {
     assert_eq!(names, bundled);
     assert_eq!(
         bundled.len(),
-        6,
-        "Hybla, Westwood+, Vegas, Tarang, HighSpeed, Scalable"
+        7,
+        "Hybla, Westwood+, Vegas, Tarang, HighSpeed, Scalable, satellite"
     );
     for n in bundled {
         assert!(n.len() <= 15, "{n}: the kernel takes 15 characters");
