@@ -93,7 +93,10 @@ pub const BUNDLED: &[Bundled] = &[
     },
 ];
 
-/// The controller split mode's satellite leg uses when none is configured.
+/// The controller split mode's satellite leg uses when none is configured: the tunnel's
+/// controller as a BPF congestion control. On the field benchmark it kept the queue of a
+/// GEO link at BER 1e-6 to a p95 of 59 ms where kernel BBR kept 558, and carried more
+/// (docs/field.md).
 pub const SPLIT_DEFAULT: &str = "satpep_sat";
 
 /// Settings applied when loading.

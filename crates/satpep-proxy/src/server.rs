@@ -20,17 +20,10 @@ const FASTOPEN_WAIT: Duration = Duration::from_millis(5);
 /// How long an upstream connection attempt may take before the client is reset.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The satellite leg's controller when the configuration names none: satpep's own
-/// `satpep_sat` (the tunnel's controller as a BPF congestion control, loaded by the proxy).
-/// On the field benchmark it kept the queue of a GEO link at BER 1e-6 to a p95 of 59 ms
-/// where kernel BBR kept 558, and carried more (docs/field.md). Where BPF congestion
-/// controls cannot load, [`FALLBACK_SATELLITE_CONGESTION`] is used instead.
-pub const DEFAULT_SATELLITE_CONGESTION: &str = satpep_cc::SPLIT_DEFAULT;
-
-/// The satellite leg's controller when the default cannot load: the kernel's `bbr`, never
-/// slower than end-to-end TCP on the field benchmark, where the kernel's usual default,
-/// cubic, collapses at the first random losses of a long link; without it the kernel's
-/// default stays, with a warning.
+/// The satellite leg's controller when the default ([`satpep_cc::SPLIT_DEFAULT`]) cannot
+/// load: the kernel's `bbr`, never slower than end-to-end TCP on the field benchmark, where
+/// the kernel's usual default, cubic, collapses at the first random losses of a long link;
+/// without it the kernel's default stays, with a warning.
 pub const FALLBACK_SATELLITE_CONGESTION: &str = "bbr";
 
 /// Selects `cc` on a throwaway socket: whether this kernel has it (a kernel controller not
@@ -46,23 +39,19 @@ fn default_satellite_congestion(cfg: &mut ProxyConfig) -> Option<satpep_cc::Load
     if cfg.satellite.congestion.is_some() || cfg.tunnel.is_some() {
         return None;
     }
-    let cc = DEFAULT_SATELLITE_CONGESTION;
-    let loaded = if satpep_cc::available().iter().any(|a| a == cc) {
-        // Registered already (satpep cc load --pin, or another satpep on this host).
-        Ok(None)
-    } else {
-        // Pinned, so that it outlives this process: another proxy on this host (a lab's
-        // terminal and gateway share one kernel) may select it after this one exits or
-        // crashes. Held by this process only if bpffs is unavailable.
-        satpep_cc::load(cc, &satpep_cc::Options::default()).map(|mut l| match l.pin() {
-            Ok(_) => None,
-            Err(e) => {
-                warn!("satellite leg: {cc} stays registered only while this proxy runs: {e}");
-                Some(l)
-            }
-        })
-    };
-    // Another proxy starting beside this one may have registered it meanwhile.
+    let cc = satpep_cc::SPLIT_DEFAULT;
+    // Pinned, so that it outlives this process: another proxy on this host (a lab's terminal
+    // and gateway share one kernel) may select it after this one exits or crashes. Held by
+    // this process only if bpffs is unavailable.
+    let loaded = satpep_cc::load(cc, &satpep_cc::Options::default()).map(|mut l| match l.pin() {
+        Ok(_) => None,
+        Err(e) => {
+            warn!("satellite leg: {cc} stays registered only while this proxy runs: {e}");
+            Some(l)
+        }
+    });
+    // load refuses a name already registered (satpep cc load --pin, another satpep on this
+    // host, or one starting beside this one): then it is there to use.
     let loaded = loaded.or_else(|e| {
         if satpep_cc::available().iter().any(|a| a == cc) {
             Ok(None)

@@ -98,7 +98,8 @@ struct sat {
 	u8 probe_wins;
 	u8 idle_rounds;
 	u8 undrained;
-	u8 recent_n;       /* RTT samples in the queue reading's two halves (saturating) */
+	u8 recent_n;       /* RTT samples in the queue reading's span, at least (a rotation
+			    * keeps it at 2 if the span had any, counting low) */
 	u8 bw_rounds;
 	u8 cnt;            /* growth not yet applied, segments */
 	u8 reacted:1;      /* reacted to a queue this round */
@@ -306,7 +307,7 @@ static __always_inline void end_round(struct sock *sk, struct sat *ca)
 	u32 base = base_us(ca), noise = min(ca->noise_ppm, NOISE_MAX_PPM);
 	u32 total = ca->round_acked + ca->round_lost;
 	u64 sample = (u64)ca->round_bw * USEC_PER_SEC / (USEC_PER_SEC - noise);
-	bool limited = ca->app_limited || total < ca->round_cwnd / 2;
+	/* A round that filled its window (lost segments count: an overflow filled it too). */
 	bool filled = !ca->app_limited && total >= ca->round_cwnd / 2;
 	bool idle;
 
@@ -318,7 +319,7 @@ static __always_inline void end_round(struct sock *sk, struct sat *ca)
 		ca->noise_ppm = s >= ca->noise_ppm ? ca->noise_ppm + (s - ca->noise_ppm) / 4
 						   : ca->noise_ppm - (ca->noise_ppm - s) / 4;
 	}
-	if (sample && (!limited || sample > ca->bw))
+	if (sample && (filled || sample > ca->bw))
 		ca->bw_cur = max(ca->bw_cur, (u32)sample);
 	ca->bw = max(ca->bw_cur, ca->bw_prev);
 	if (++ca->bw_rounds >= BW_BLOCK_ROUNDS) {
