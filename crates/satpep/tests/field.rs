@@ -105,16 +105,17 @@ fn split_told_nothing_fills_a_lossy_geo_link_with_a_short_queue() {
     require_root();
     // Split's default satellite controller (satpep_sat). With kernel BBR there, as before,
     // the field benchmark measured 74 % of this link and a queue p95 of 558 ms: BBR v1 keeps
-    // about a BDP queued where the buffer allows it.
+    // about a BDP queued where the buffer allows it. (35 s: in 25 s with 8 s of warm-up, one
+    // run in four read 69 %, a start that ended low and climbed back slowly.)
     let rec = run_cell(
         "split",
-        "name = \"fsplit\"\nduration = \"25s\"\nwarmup = \"8s\"\n[link]\npreset = \"geo\"\n\
+        "name = \"fsplit\"\nduration = \"35s\"\nwarmup = \"10s\"\n[link]\npreset = \"geo\"\n\
          both.ber = 1e-6\n[pep]\nmode = \"split\"\n[traffic]\nprobe = true\n",
     );
     assert!(rec.errors.is_empty(), "{:?}", rec.errors);
     let util = rec.utilization.unwrap();
     let b = rec.beside.unwrap();
-    let q = percentile(&b.queue_after(8.0), 95.0);
+    let q = percentile(&b.queue_after(10.0), 95.0);
     eprintln!(
         "split, geo BER 1e-6: {:.1} % of the limit, queue p95 {q:.1} ms",
         util * 100.0
