@@ -39,6 +39,13 @@ fn default_satellite_congestion(cfg: &mut ProxyConfig) -> Option<satpep_cc::Load
     if cfg.satellite.congestion.is_some() || cfg.tunnel.is_some() {
         return None;
     }
+    // Adaptive selection starts connections on bbr, as its classifier was built and tested
+    // with: satpep_sat's start keeps a queue of up to its budget, and losses met with a
+    // queue are not read as the link's, so a lossy path was classified clean.
+    if cfg.adaptive.is_some() {
+        fallback_satellite_congestion(cfg, "adaptive selection starts connections on it");
+        return None;
+    }
     let cc = satpep_cc::SPLIT_DEFAULT;
     // Pinned, so that it outlives this process: another proxy on this host (a lab's terminal
     // and gateway share one kernel) may select it after this one exits or crashes. Held by
@@ -67,17 +74,23 @@ fn default_satellite_congestion(cfg: &mut ProxyConfig) -> Option<satpep_cc::Load
         }
         Err(e) => warn!("satellite leg: the default controller '{cc}' cannot load ({e})"),
     }
+    fallback_satellite_congestion(cfg, "the default cannot load");
+    None
+}
+
+/// Selects [`FALLBACK_SATELLITE_CONGESTION`] for the satellite leg (`why`, for the log), if
+/// this kernel has it.
+fn fallback_satellite_congestion(cfg: &mut ProxyConfig, why: &str) {
     let cc = FALLBACK_SATELLITE_CONGESTION;
     match try_congestion(cc) {
         Ok(()) => {
-            warn!(congestion = %cc, "satellite leg: using the fallback controller");
+            info!(congestion = %cc, "satellite leg: {why}");
             cfg.satellite.congestion = Some(cc.into());
         }
         Err(e) => warn!(
             "satellite leg: the fallback controller '{cc}' is not available either ({e}); the kernel's default is used"
         ),
     }
-    None
 }
 
 /// Runs the proxy until it is told to stop: a message on `stop` (a SIGTERM or SIGINT) starts
