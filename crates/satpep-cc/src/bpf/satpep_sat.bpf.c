@@ -25,12 +25,13 @@
  * doubles the probe, three in a row (or two full windows that met no queue at all) restart
  * growth at x1.5 a round.
  *
- * A queue that is not its own: three drains in a row that leave a queue bigger than this
- * sender's window, or four of any size, mean a loss-based sender keeps the buffer full. The
- * window then holds at least half of the link's rate (as measured before) over the RTT now,
- * the share a drop-tail queue gives a sender with that much in flight, grows as Reno above
- * it, and backs off by 0.7 when a loss comes with a queue. After 20 s a drain tests whether
- * the competitor left.
+ * A queue that is not its own: two drains in a row that leave a queue bigger than this
+ * sender's window, a buffer that overflowed while the window held at or below the model, or
+ * four drains of any size, mean a loss-based sender keeps the buffer full. The window then
+ * grows as CUBIC's (the hosts' default, so the two share the buffer as two CUBIC senders do),
+ * from the window before the drains' cuts, backs off by 0.85 at a loss with a queue, and
+ * holds at least half of the link's rate (as measured before) over the RTT now. After 20 s a
+ * drain tests whether the competitor left.
  *
  * Losses without a queue are the channel's noise: repaired by the kernel, no slow down.
  * Unlike the tunnel's, this one does not detect a buffer shallower than its budget.
@@ -84,9 +85,21 @@ struct sat {
 	u32 round_lost;    /* segments lost this round */
 	u32 round_cwnd;    /* window the round began with */
 	u32 round_bw;      /* latest delivery-rate sample this round (start: highest), bytes/s */
-	u32 ref_bw;        /* start: rate at the last growth; probe: rate before it */
-	u32 probe_extra;   /* segments the probe adds */
-	u32 drain_delivered; /* tp->delivered when the drain began */
+	/* Fields one phase uses share their place with the competitive mode's (struct sat
+	 * fills the kernel's 104 bytes). */
+	union {
+		u32 ref_bw;    /* start: rate at the last growth; probe: rate before it */
+		u32 w_max;     /* competitive: the window at the last back-off, segments */
+	};
+	union {
+		u32 probe_extra; /* segments the probe adds */
+		u32 cut_from;    /* drain: the window before the drains began */
+		u32 cubic_k_ms;  /* competitive: when the cubic curve gets back to w_max */
+	};
+	union {
+		u32 drain_delivered; /* tp->delivered when the drain began */
+		u32 epoch_ms;        /* competitive: when the curve began */
+	};
 	u32 drain_min;     /* lowest RTT of segments sent in the drain, us */
 	u32 drain_acked;   /* segments sent in the drain and delivered */
 	u32 stamp_ms;      /* the last drain ended; in the competitive mode, when it began */
@@ -105,6 +118,8 @@ struct sat {
 	u8 reacted:1;      /* reacted to a queue this round */
 	u8 app_limited:1;  /* this round had too little to send */
 	u8 regrowth:1;     /* growth after the start: x1.5 a round */
+	u8 overflow:1;     /* since the last drain: a loss with a queue while the window held
+			    * at or below the model (another sender overflows the buffer) */
 };
 
 _Static_assert(sizeof(struct sat) <= 104, "struct sat must fit icsk_ca_priv");
@@ -203,6 +218,80 @@ static __always_inline u32 fair_share(const struct tcp_sock *tp, const struct sa
 	return max(segs_in(tp, ca->bw_peak / 2, tp->srtt_us >> 3), MIN_CWND);
 }
 
+/* Cube root of x (to within one), x below 2^51, by Newton's method from above: 2^17 is
+ * above any root, each step at least a third closer, 24 steps reach roots down to 1. No
+ * branch on the running value, so the verifier walks the steps once (a bisection's
+ * branches on known bounds made it walk 2^21 paths). A global function: verified on its
+ * own, not on every path through its callers. */
+__attribute__((noinline)) u32 sat_cbrt(u64 x)
+{
+	u64 r = 1 << 17;
+
+	if (x >= 1ULL << 51)
+		return 1 << 17;
+#pragma unroll
+	for (int i = 0; i < 24; i++)
+		r = (2 * r + x / (r * r | 1)) / 3;
+	return (u32)r;
+}
+
+/* When CUBIC's curve from `cwnd` gets back to `w_max`, ms (RFC 9438: K = cbrt((w_max -
+ * cwnd) / C), C = 0.4 segments/s^3). Global, as sat_cbrt. */
+__attribute__((noinline)) u32 sat_cubic_k(u32 w_max, u32 cwnd)
+{
+	if (w_max <= cwnd)
+		return 0;
+	/* x 10^9 / 0.4: s^3 to ms^3 */
+	return sat_cbrt((u64)(w_max - cwnd) * 2500000000ULL);
+}
+
+/* The competitive mode's curve restarts from the window now towards `w_max` (RFC 9438:
+ * W(t) = C (t - K)^3 + w_max). */
+static __always_inline void cubic_epoch(struct tcp_sock *tp, struct sat *ca, u32 w_max)
+{
+	ca->w_max = w_max;
+	ca->epoch_ms = now_ms(tp);
+	ca->cubic_k_ms = sat_cubic_k(w_max, tp->snd_cwnd);
+	tp->snd_cwnd_cnt = 0;
+}
+
+/* The window the curve calls for `t_ms` after its start, segments (global, as sat_cbrt). */
+__attribute__((noinline)) u32 sat_cubic_target(u32 t_ms, u32 k_ms, u32 w_max)
+{
+	s64 d = (s64)t_ms - k_ms;
+	u64 a = d < 0 ? -d : d, off;
+
+	if (a > 1000000) /* 1000 s: beyond any epoch, and no overflow below */
+		a = 1000000;
+	off = a * a * a * 4 / 10000000000ULL;
+	if (d >= 0)
+		return off > 0xffffff ? 0xffffff + w_max : w_max + (u32)off;
+	return off >= w_max ? 0 : w_max - (u32)off;
+}
+
+/* CUBIC's growth towards `target` for `acked` segments: at most x1.5 a round, at least
+ * Reno's segment a round. Returns the window << 32 | the growth not yet applied (global). */
+__attribute__((noinline)) u64 sat_cubic_grow(u32 cwnd, u32 cnt, u32 acked, u32 target)
+{
+	u32 step = 1;
+
+	if (cwnd < MIN_CWND)
+		cwnd = MIN_CWND;
+	if (target > cwnd) {
+		step = target - cwnd;
+		if (step > cwnd / 2)
+			step = cwnd / 2;
+	}
+	if (acked > 0xffff)
+		acked = 0xffff;
+	cnt += acked * step;
+	if (cnt >= cwnd) {
+		cwnd += cnt / cwnd;
+		cnt %= cwnd;
+	}
+	return (u64)cwnd << 32 | cnt;
+}
+
 static __always_inline void set_bw(struct sat *ca, u32 bw)
 {
 	ca->bw = bw;
@@ -217,6 +306,8 @@ static __always_inline void enter(struct sock *sk, struct sat *ca, u8 phase)
 	bool ramp = phase == PH_CRUISE || phase == PH_PROBE;
 	u32 t;
 
+	if (phase == PH_DRAIN && ca->phase != PH_DRAIN)
+		ca->cut_from = tp->snd_cwnd;
 	ca->phase = phase;
 	ca->phase_rounds = 0;
 	ca->idle_rounds = 0;
@@ -267,26 +358,41 @@ static __always_inline void end_drain(struct sock *sk, struct sat *ca)
 	u32 base = base_us(ca), queue = queue_us(ca), by_rtt;
 	bool foreign;
 
+	bool overflow = ca->overflow;
+
 	ca->stamp_ms = now_ms(tp);
+	ca->overflow = 0;
 	if (ca->drain_min == NONE || ca->drain_min <= base + margin_us(tp, ca)) {
-		ca->undrained = 0;
+		/* Drained, but a buffer that overflowed under a window this small was filled
+		 * by another sender, which backed off meanwhile: the evidence stays. */
+		if (!overflow)
+			ca->undrained = 0;
 		enter(sk, ca, PH_CRUISE);
 		return;
 	}
 	/* A queue that shrinks from drain to drain is one the cuts are catching up with (a link
-	 * slowing step by step, as in a rain fade): no sign of another sender. */
-	if (ca->undrained < 255 && (!ca->undrained || queue >= ca->left_us * 3 / 4))
+	 * slowing step by step, as in a rain fade): no sign of another sender, unless the
+	 * buffer overflowed. */
+	if (ca->undrained < 255 &&
+	    (!ca->undrained || overflow || queue >= ca->left_us * 3 / 4))
 		ca->undrained++;
 	ca->left_us = queue;
 	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
-	foreign = (u64)ca->bw_peak * queue / USEC_PER_SEC > 2ULL * tp->snd_cwnd * tp->mss_cache;
-	if ((ca->undrained >= 3 && foreign) || ca->undrained >= 4) {
+	foreign = overflow ||
+		  (u64)ca->bw_peak * queue / USEC_PER_SEC > 2ULL * tp->snd_cwnd * tp->mss_cache;
+	if ((ca->undrained >= 2 && foreign) || ca->undrained >= 4) {
 		/* Drains leave a queue: another sender keeps the buffer full. Start from half
 		 * of what the link carried, not from where the drains cut the rate. */
 		u32 share = segs_in(tp, ca->bw_peak, base + queue) / 2;
+		/* The drains' cuts were for a queue that was not this sender's: undo them as
+		 * CUBIC would have lost one back-off there, with the curve heading back to the
+		 * window before them. */
+		u32 from = ca->cut_from;
 
 		tp->snd_cwnd = max(max(segs_in(tp, ca->bw, base + queue), share), MIN_CWND);
+		tp->snd_cwnd = max(tp->snd_cwnd, from / 10 * 7);
 		enter(sk, ca, PH_COMPETE);
+		cubic_epoch(tp, ca, max(from, tp->snd_cwnd));
 		return;
 	}
 	/* The rate estimate is still too high: cut by what the queue says, 1/7 at least and
@@ -515,6 +621,12 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 	too_long = ca->recent_n >= 3 &&
 		   queue_us(ca) > budget_us(tp, ca) +
 				  (ca->phase == PH_PROBE ? segs_time(tp, ca, ca->probe_extra) : 0);
+	/* A quarter of the base RTT is more queue than this sender's start or a probe leaves;
+	 * the channel's noise loses without one. */
+	if (rs->losses > 0 && ca->recent_n >= 3 && queue_us(ca) > base_us(ca) / 4 &&
+	    queue_us(ca) > 2 * budget_us(tp, ca) &&
+	    (ca->phase == PH_DRAIN || ca->phase == PH_CRUISE))
+		ca->overflow = 1;
 	switch (ca->phase) {
 	case PH_STARTUP:
 		if (!rs->is_app_limited) {
@@ -546,28 +658,32 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 		break;
 	case PH_COMPETE:
 		if (rs->losses > 0 && too_long && !ca->reacted) {
-			/* A loss with a queue: back off as the loss-based competitor does. The
-			 * fair share is at most twice what this sender delivers: with the buffer
-			 * full, a link that slowed (a fade while competing) would otherwise keep
-			 * the floor above the whole link and the buffer full. */
+			/* A loss with a queue: back off as the loss-based competitor does, by
+			 * 0.85 (a CUBIC aggregate of two flows: this one arrives late, after the
+			 * drains gave ground). The fair share is at most twice what this sender
+			 * delivers: with the buffer full, a link that slowed (a fade while
+			 * competing) would otherwise keep the floor above the whole link and the
+			 * buffer full. */
+			u32 w = tp->snd_cwnd;
+
 			ca->reacted = 1;
 			if (ca->bw)
 				ca->bw_peak = (u32)min((u64)ca->bw_peak, 2ULL * max(ca->bw, ca->round_bw));
-			tp->snd_cwnd = max(tp->snd_cwnd * 7 / 10, fair_share(tp, ca));
+			tp->snd_cwnd = max(w / 20 * 17, fair_share(tp, ca));
+			cubic_epoch(tp, ca, w);
 		} else if (!rs->is_app_limited) {
-			u32 c = ca->cnt + acked;
+			/* CUBIC's growth (the hosts' default sender), so that the two share a
+			 * drop-tail buffer as two CUBIC senders do: Reno's segment a round would
+			 * take minutes to win back a share over a GEO path. The curve is read one
+			 * base RTT ahead, as CUBIC does. */
+			u32 t = sat_cubic_target(now_ms(tp) - ca->epoch_ms + base_us(ca) / 1000,
+						 ca->cubic_k_ms, ca->w_max);
+			u64 g = sat_cubic_grow(tp->snd_cwnd, tp->snd_cwnd_cnt, acked, t);
 
-			if (tp->snd_cwnd < fair_share(tp, ca)) {
-				tp->snd_cwnd += c / 4;
-				ca->cnt = c & 3;
-			} else {
-				/* Reno above the fair share: a segment a window. */
-				tp->snd_cwnd_cnt += acked;
-				if (tp->snd_cwnd_cnt >= tp->snd_cwnd) {
-					tp->snd_cwnd_cnt = 0;
-					tp->snd_cwnd++;
-				}
-			}
+			tp->snd_cwnd = (u32)(g >> 32);
+			tp->snd_cwnd_cnt = (u32)g;
+			if (tp->snd_cwnd < fair_share(tp, ca))
+				tp->snd_cwnd_cnt = 0;
 		}
 		tp->snd_cwnd = max(tp->snd_cwnd, fair_share(tp, ca));
 		break;
