@@ -131,6 +131,18 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
         .collect()
 }
 
+/// The congestion controls the satellite-leg sender's sockets ran in a run, the most sampled
+/// first, joined by `+` (empty when none was sampled).
+pub fn leg_cc(samples: &[crate::scenario::traffic::SocketSample]) -> String {
+    let mut n: std::collections::BTreeMap<&str, usize> = Default::default();
+    for s in samples.iter().filter(|s| !s.cc.is_empty()) {
+        *n.entry(s.cc.as_str()).or_default() += 1;
+    }
+    let mut v: Vec<(&str, usize)> = n.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    v.iter().map(|(c, _)| *c).collect::<Vec<_>>().join("+")
+}
+
 /// A per-run figure of the traffic beside the transfer (`f` gets the probe's queueing delays
 /// after `warmup` s and the record; NaN for none), summarized over the runs that have it.
 fn beside_summary(
@@ -591,12 +603,12 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
     };
 
     // CSV: one row per run, per cell, per flow interval, per socket sample.
-    let mut csv = String::from("cell,part,config,point,repetition,seed,value,utilization,jain,leg_retransmits,failures,errors\n");
+    let mut csv = String::from("cell,part,config,point,repetition,seed,value,utilization,jain,leg_retransmits,leg_cc,failures,errors\n");
     for r in runs {
         let c = &sc.cells[r.cell];
         let _ = writeln!(
             csv,
-            "{},{},{},\"{}\",{},{},{},{},{},{},{},\"{}\"",
+            "{},{},{},\"{}\",{},{},{},{},{},{},{},{},\"{}\"",
             r.cell,
             sc.parts[c.part].name,
             c.config,
@@ -607,6 +619,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
             opt(r.utilization),
             opt(r.jain),
             r.leg_retransmits,
+            leg_cc(&r.sockets),
             r.failures,
             r.errors.join("; ").replace('"', "'")
         );
@@ -634,7 +647,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
     }
     w("summary.csv", csv)?;
     let mut csv = String::from("cell,repetition,flow,cc,t_s,bytes\n");
-    let mut sock = String::from("cell,repetition,flow,t_s,cwnd,rtt_ms,retrans\n");
+    let mut sock = String::from("cell,repetition,flow,t_s,cwnd,rtt_ms,retrans,cc\n");
     for r in runs {
         for (i, f) in r.flows.iter().enumerate() {
             for (t, b) in &f.series {
@@ -644,8 +657,8 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
         for s in &r.sockets {
             let _ = writeln!(
                 sock,
-                "{},{},{},{:.2},{},{},{}",
-                r.cell, r.repetition, s.flow, s.t, s.cwnd, s.rtt_ms, s.retrans
+                "{},{},{},{:.2},{},{},{},{}",
+                r.cell, r.repetition, s.flow, s.t, s.cwnd, s.rtt_ms, s.retrans, s.cc
             );
         }
     }
@@ -959,7 +972,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
     }
     let files =
         "Files: runs.csv (one row per run), summary.csv (per cell), series.csv (goodput per \
-                 flow per second), sockets.csv (satellite-leg sender's cwnd and RTT every 0.5 s), \
+                 flow per second), sockets.csv (satellite-leg sender's cwnd, RTT and controller every 0.5 s), \
                  results.json (all of it), metric-*.svg/png, series/*.svg, report.html.";
     let _ = writeln!(md, "{files}");
     let _ = writeln!(html, "<p>{}</p>\n</body></html>", esc(files));

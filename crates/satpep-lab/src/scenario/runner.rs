@@ -201,7 +201,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                 Err(e) if e == "interrupted" => return Err(interrupted(i, todo.len())),
                 Err(e) => return Err(format!("{what}: {e}")),
             };
-            let summary = match (rec.samples.first(), spec.metric()) {
+            let mut summary = match (rec.samples.first(), spec.metric()) {
                 (None, _) => format!("FAILED: {}", rec.errors.join("; ")),
                 (Some(&g), super::spec::Metric::Goodput) => format!(
                     "{} ({:.1} % of limit)",
@@ -213,6 +213,12 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                     format!("{:.3} s", s.mean)
                 }
             };
+            // What the satellite leg actually ran (a controller that cannot load is
+            // replaced, with only a warning in the proxy's log).
+            let cc = super::report::leg_cc(&rec.sockets);
+            if !cc.is_empty() {
+                summary.push_str(&format!(", leg on {cc}"));
+            }
             if !rec.errors.is_empty() {
                 keep_logs(&lab, &opts.out, ci, rep);
             }

@@ -46,6 +46,10 @@ pub struct SocketSample {
     pub rtt_ms: f64,
     /// Segments retransmitted so far.
     pub retrans: u64,
+    /// The congestion control the socket runs, as `ss` names it: the record of what ran
+    /// (split's default falls back to `bbr` where `satpep_sat` cannot load).
+    #[serde(default)]
+    pub cc: String,
 }
 
 /// What the emulator counted during a run.
@@ -183,9 +187,21 @@ pub fn parse_ss(text: &str, t: f64, ports: &std::ops::Range<u16>) -> Vec<SocketS
             cwnd: 0,
             rtt_ms: 0.0,
             retrans: 0,
+            cc: String::new(),
         };
         let mut acked = 0u64;
+        let mut named = false;
         for tok in line.split_whitespace() {
+            // Options (ts, sack, ecn…), then the controller's name, then key:value pairs:
+            // the name is the last bare word before the first pair.
+            if !named {
+                if tok.contains(':') {
+                    named = true;
+                } else {
+                    s.cc = tok.to_string();
+                    continue;
+                }
+            }
             if let Some(v) = tok.strip_prefix("cwnd:") {
                 s.cwnd = v.parse().unwrap_or(0);
             } else if let Some(v) = tok.strip_prefix("rtt:") {
@@ -780,7 +796,7 @@ mod tests {
     #[test]
     fn ss_output_keeps_the_busy_socket_per_flow() {
         let text = "0      0      198.18.3.2:5201 198.18.1.2:40000\n\t cubic wscale:7,7 rto:800 rtt:600.5/2.1 mss:1448 cwnd:10 bytes_acked:120 retrans:0/0\n\
-ESTAB 0      0      198.18.3.2:5201 198.18.1.2:40002\n\t bbr rtt:612.25/3 mss:1448 cwnd:420 bytes_acked:9000000 retrans:2/37\n\
+ESTAB 0      0      198.18.3.2:5201 198.18.1.2:40002\n\t ts sack bbr rtt:612.25/3 mss:1448 cwnd:420 bytes_acked:9000000 retrans:2/37\n\
 ESTAB 0      0      198.18.3.2:5202 198.18.1.2:40004\n\t cubic rtt:700/3 cwnd:55 bytes_acked:800000 retrans:0/4\n\
 ESTAB 0      0      198.18.3.2:22 198.18.1.2:40006\n\t cubic rtt:1/1 cwnd:5 bytes_acked:99999999\n";
         let s = parse_ss(text, 1.5, &(5201..5203));
@@ -789,5 +805,11 @@ ESTAB 0      0      198.18.3.2:22 198.18.1.2:40006\n\t cubic rtt:1/1 cwnd:5 byte
         assert!((s[0].rtt_ms - 612.25).abs() < 1e-9);
         assert_eq!((s[1].flow, s[1].cwnd, s[1].retrans), (1, 55, 4));
         assert_eq!(s[1].t, 1.5);
+        assert_eq!((s[0].cc.as_str(), s[1].cc.as_str()), ("bbr", "cubic"));
+        // Options come before the name; a BPF controller is named as the kernel's are.
+        let text = "ESTAB 0 0 198.18.3.2:5201 198.18.1.2:40002\n\t ts sack satpep_sat wscale:7,7 rtt:600/1 cwnd:300 bytes_acked:50000\n";
+        let s = parse_ss(text, 0.5, &(5201..5203));
+        assert_eq!(s[0].cc, "satpep_sat");
+        assert_eq!(s[0].cwnd, 300);
     }
 }
