@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what satpep's lab and tests need on Debian/Ubuntu (run as root). Idempotent.
 set -euo pipefail
-pkgs=(iproute2 nftables iptables iperf3 ethtool iputils-ping tcpdump nginx-light fonts-dejavu-core procps ca-certificates curl build-essential pkg-config clang libelf-dev zlib1g-dev libbpf-dev bpftool)
+pkgs=(iproute2 nftables iptables iperf3 ethtool iputils-ping tcpdump nginx-light fonts-dejavu-core procps ca-certificates curl build-essential pkg-config clang libelf-dev zlib1g-dev libbpf-dev bpftool strace systemd)
 # For tests/observability.rs, installed without its recommends (node exporters).
 lean=(prometheus)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
@@ -39,4 +39,10 @@ if ! command -v cargo >/dev/null 2>&1; then
     curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
     echo "run: source ~/.cargo/env"
   fi
+fi
+# tests/package.rs builds the .deb (scripts/package.sh) with cargo-deb.
+cargo_bin=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
+if [ -x "$cargo_bin" ] && ! "$cargo_bin" deb --version >/dev/null 2>&1; then
+  echo "installing cargo-deb"
+  "$cargo_bin" install cargo-deb --locked --version 3.8.0 --quiet
 fi

@@ -2,6 +2,7 @@
 //! and test lab.
 
 mod cc_cmd;
+mod generate_cmd;
 mod keygen_cmd;
 mod lab_cmd;
 mod link_cmd;
@@ -9,7 +10,7 @@ mod logging;
 mod proxy_cmd;
 mod status_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// satpep: a performance-enhancing proxy for TCP over satellite and other long, lossy links.
 #[derive(Parser, Debug)]
@@ -47,6 +48,8 @@ enum Cmd {
         about = "Make credentials (a private CA and certificates) for the tunnel between satpeps"
     )]
     Keygen(keygen_cmd::KeygenCmd),
+    #[command(about = "Write man pages or shell completions (for packagers)")]
+    Generate(generate_cmd::GenerateCmd),
 }
 
 fn main() {
@@ -58,6 +61,7 @@ fn main() {
         Cmd::Status(c) => status_cmd::main(c),
         Cmd::Cc(c) => cc_cmd::main(c),
         Cmd::Keygen(c) => keygen_cmd::main(c),
+        Cmd::Generate(c) => generate_cmd::main(c, Cli::command()),
     };
     if let Err(e) = r {
         eprintln!("satpep: error: {e}");

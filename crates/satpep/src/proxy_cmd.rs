@@ -27,7 +27,8 @@ Distributed mode (a [tunnel] section): two satpeps, a terminal and a gateway, ca
 Example: satpep proxy --config /etc/satpep/proxy.toml    (see docs/proxy.md)"
 )]
 pub struct ProxyCmd {
-    /// Configuration file (TOML; every key optional).
+    /// Configuration file (TOML; every key optional). Default: /etc/satpep/proxy.toml when it
+    /// exists (the package installs one), else the built-in defaults.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Check everything a start would refuse or quietly degrade, without intercepting
@@ -65,7 +66,14 @@ fn load(path: Option<&std::path::Path>) -> Result<satpep_proxy::config::ProxyCon
         .map_err(|e| format!("{name}: {e}"))
 }
 
-pub fn main(cmd: ProxyCmd) -> Result<(), String> {
+/// Where the package puts the configuration; read when `--config` is not given.
+const DEFAULT_CONFIG: &str = "/etc/satpep/proxy.toml";
+
+pub fn main(mut cmd: ProxyCmd) -> Result<(), String> {
+    if cmd.config.is_none() {
+        let p = PathBuf::from(DEFAULT_CONFIG);
+        cmd.config = p.exists().then_some(p);
+    }
     let cfg = load(cmd.config.as_deref())?;
     if cmd.check {
         return check(&cfg);
