@@ -39,6 +39,18 @@ impl Drop for Installed {
     }
 }
 
+/// Puts back, when dropped, an `/etc/satpep` that was there before the test (a developer's
+/// own configuration), moved aside to `.0`.
+struct Restore(Option<PathBuf>);
+impl Drop for Restore {
+    fn drop(&mut self) {
+        if let Some(saved) = &self.0 {
+            let _ = std::fs::remove_dir_all("/etc/satpep");
+            let _ = Command::new("mv").arg(saved).arg("/etc/satpep").status();
+        }
+    }
+}
+
 /// The unit's `KEY=` lines, in order, by key.
 fn unit_lines(text: &str) -> BTreeMap<String, Vec<String>> {
     let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -139,11 +151,25 @@ fn the_package_installs_runs_as_its_unit_says_reloads_drains_and_purges() {
     );
     let size = std::fs::metadata(&deb).unwrap().len();
     eprintln!("package: {} ({size} bytes)", deb.display());
-    let _ = Command::new("dpkg").args(["--purge", "satpep"]).output();
+    let installed_before = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "satpep"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"));
+    assert!(
+        !installed_before,
+        "the satpep package is installed on this machine; this test installs and purges it"
+    );
+    let saved = Path::new("/etc/satpep").exists().then(|| {
+        let to = std::env::temp_dir().join(format!("satpep-etc-{}", std::process::id()));
+        ok(Command::new("mv").arg("/etc/satpep").arg(&to));
+        to
+    });
     // As on a fresh machine, the service must load its controller itself (under the sandbox).
     let _ = Command::new(bin())
         .args(["cc", "unload", "satpep_sat"])
         .output();
+    // Declared first, dropped last: after the purge.
+    let _restore = Restore(saved);
     let installed = Installed;
     ok(Command::new("dpkg").arg("-i").arg(&deb));
 
@@ -421,10 +447,13 @@ fn the_package_installs_runs_as_its_unit_says_reloads_drains_and_purges() {
 
     // Purge removes everything, the edited configuration included.
     drop(installed);
+    assert!(
+        !Path::new("/etc/satpep").exists(),
+        "/etc/satpep outlived the purge"
+    );
     for f in [
         "/usr/bin/satpep",
         CONFIG,
-        "/etc/satpep",
         UNIT,
         "/sys/fs/bpf/satpep/satpep_sat",
     ] {
