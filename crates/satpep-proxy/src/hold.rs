@@ -14,7 +14,6 @@
 //! in its own conntrack zone, or its SYN (same addresses as the client's) would clash with the
 //! held SYN's conntrack entry and the kernel would drop the re-injected SYN.
 
-use crate::config::Leg;
 use crate::netfilter::Marks;
 use crate::registry::Counters;
 use socket2::SockRef;
@@ -62,8 +61,8 @@ impl Ready {
 /// Where held SYNs' connections go.
 #[derive(Clone)]
 pub enum Upstream {
-    /// Straight to the server, on this leg.
-    Tcp(Arc<Leg>),
+    /// Straight to the server, on the connecting leg as the last reload left it.
+    Tcp(tokio::sync::watch::Receiver<crate::lifecycle::Legs>),
     /// Through the tunnel.
     Tunnel(Arc<crate::tunnel::Terminal>),
 }
@@ -239,8 +238,9 @@ async fn connect(
     let (src, dst) = key;
     let attempt = async {
         match leg {
-            Upstream::Tcp(leg) => {
-                let sock = crate::sockets::upstream(src, leg, marks.upstream)?;
+            Upstream::Tcp(legs) => {
+                let leg = legs.borrow().1.clone();
+                let sock = crate::sockets::upstream(src, &leg, marks.upstream)?;
                 tokio::net::TcpSocket::from_std_stream(sock.into())
                     .connect(dst)
                     .await

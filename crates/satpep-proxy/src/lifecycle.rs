@@ -3,7 +3,7 @@
 //! `nftables.service` starts from `flush ruleset`, so a reload of it drops the table), and a
 //! configuration re-read on SIGHUP is applied where that is safe for live connections.
 
-use crate::config::ProxyConfig;
+use crate::config::{Leg, ProxyConfig};
 use crate::netfilter;
 use crate::registry::Registry;
 use std::sync::atomic::Ordering::Relaxed;
@@ -18,13 +18,48 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// A configuration re-read on SIGHUP, or why it could not be.
 pub type Reload = Result<ProxyConfig, String>;
 
-/// The keys whose change needs a restart (sockets, listeners, the tunnel, legs' options of
-/// connections already made): compared one by one so the log names each.
-fn restart_needed(old: &ProxyConfig, new: &ProxyConfig) -> Vec<&'static str> {
+/// The legs new connections are given: (accepting side, connecting side). A reload replaces
+/// them; connections already made keep the options they were made with.
+pub type Legs = (Arc<Leg>, Arc<Leg>);
+
+/// The keys of one leg whose change needs a restart, named `section.key`: those set on
+/// routes, in the ruleset or before a listener's handshake (`interface`, `initcwnd`,
+/// `initrwnd`, `mss`, `fastopen`), and with `legs_reload` false (a tunnel gateway) all of
+/// them.
+fn leg_restart_keys(section: &str, old: &Leg, new: &Leg, legs_reload: bool) -> Vec<String> {
     let mut keys = Vec::new();
+    let mut differ = |key: &str, d: bool| {
+        if d {
+            keys.push(format!("{section}.{key}"));
+        }
+    };
+    differ(
+        "congestion",
+        !legs_reload && old.congestion != new.congestion,
+    );
+    differ("buffer", !legs_reload && old.buffer != new.buffer);
+    differ("nodelay", !legs_reload && old.nodelay != new.nodelay);
+    differ(
+        "notsent_lowat",
+        !legs_reload && old.notsent_lowat != new.notsent_lowat,
+    );
+    differ("interface", old.interface != new.interface);
+    differ("initcwnd", old.initcwnd != new.initcwnd);
+    differ("initrwnd", old.initrwnd != new.initrwnd);
+    differ("mss", old.mss != new.mss);
+    differ("fastopen", old.fastopen != new.fastopen);
+    keys
+}
+
+/// The keys whose change needs a restart (sockets, listeners, the tunnel, what is set on
+/// routes and in the ruleset): compared one by one so the log names each. With
+/// `legs_reload`, the legs' controller, buffers, Nagle and low-water mark are not among them:
+/// they apply to new connections.
+fn restart_needed(old: &ProxyConfig, new: &ProxyConfig, legs_reload: bool) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
     let mut differ = |key: &'static str, d: bool| {
         if d {
-            keys.push(key);
+            keys.push(key.into());
         }
     };
     differ("proxy.port", old.port != new.port);
@@ -43,11 +78,60 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig) -> Vec<&'static str> {
     differ("proxy.keepalive", old.keepalive != new.keepalive);
     differ("proxy.drain", old.drain != new.drain);
     differ("proxy.log_summary", old.log_summary != new.log_summary);
-    differ("satellite", old.satellite != new.satellite);
-    differ("terrestrial", old.terrestrial != new.terrestrial);
     differ("adaptive", old.adaptive != new.adaptive);
     differ("tunnel", old.tunnel != new.tunnel);
+    keys.extend(leg_restart_keys(
+        "satellite",
+        &old.satellite,
+        &new.satellite,
+        legs_reload,
+    ));
+    keys.extend(leg_restart_keys(
+        "terrestrial",
+        &old.terrestrial,
+        &new.terrestrial,
+        legs_reload,
+    ));
     keys
+}
+
+/// `new`'s legs as the running proxy gives them to connections: a satellite leg that names
+/// no controller gets the one a start would pick (without loading anything: privileges are
+/// dropped), and each named controller must be registered already. The error names the key.
+/// With adaptive selection before or after, the satellite controller stays as it runs: the
+/// selection's task starts with the proxy (a change of `adaptive` is named for a restart).
+fn resolve_legs(cfg: &ProxyConfig, new: &ProxyConfig) -> Result<(Leg, Leg), String> {
+    let (mut sat, ter) = (new.satellite.clone(), new.terrestrial.clone());
+    if cfg.adaptive.is_some() || new.adaptive.is_some() {
+        sat.congestion = cfg.satellite.congestion.clone();
+    } else if sat.congestion.is_none() && new.tunnel.is_none() {
+        let avail = satpep_cc::available();
+        let cc = if avail.iter().any(|c| c == satpep_cc::SPLIT_DEFAULT) {
+            satpep_cc::SPLIT_DEFAULT
+        } else {
+            crate::server::FALLBACK_SATELLITE_CONGESTION
+        };
+        sat.congestion = Some(cc.into());
+    }
+    for (key, leg, old) in [
+        ("satellite", &sat, &cfg.satellite),
+        ("terrestrial", &ter, &cfg.terrestrial),
+    ] {
+        let Some(cc) = leg.congestion.as_deref() else {
+            continue;
+        };
+        if Some(cc) == old.congestion.as_deref() {
+            continue;
+        }
+        if let Err(e) = crate::server::try_congestion(cc) {
+            return Err(format!(
+                "{key}.congestion: '{cc}' is not registered ({e}), and the running proxy cannot \
+                 load it (it dropped that privilege after set-up): load it first (satpep cc \
+                 load {cc} --pin) or restart"
+            ));
+        }
+    }
+    Ok((sat, ter))
 }
 
 /// Applies `new`'s limits, which running connections do not depend on: the connection and
@@ -93,6 +177,58 @@ fn apply_limits(old: &ProxyConfig, new: &ProxyConfig, reg: &Registry) -> Vec<Str
     changed
 }
 
+/// Gives new connections `new`'s controllers, buffers, Nagle and low-water marks (what
+/// [`leg_restart_keys`] names keeps running as it started), records them in `cfg`, and
+/// returns what changed, for the log.
+fn apply_legs(
+    cfg: &mut ProxyConfig,
+    new: &ProxyConfig,
+    tx: &tokio::sync::watch::Sender<Legs>,
+) -> Vec<String> {
+    let mut changed = Vec::new();
+    for (section, leg, to) in [
+        ("satellite", &mut cfg.satellite, &new.satellite),
+        ("terrestrial", &mut cfg.terrestrial, &new.terrestrial),
+    ] {
+        let mut next = leg.clone();
+        next.congestion = to.congestion.clone();
+        next.buffer = to.buffer;
+        next.nodelay = to.nodelay;
+        next.notsent_lowat = to.notsent_lowat;
+        if next != *leg {
+            changed.push(format!(
+                "{section}: {} -> {}",
+                leg_summary(leg),
+                leg_summary(&next)
+            ));
+            *leg = next;
+        }
+    }
+    if !changed.is_empty() {
+        let (sat, ter) = (
+            Arc::new(cfg.satellite.clone()),
+            Arc::new(cfg.terrestrial.clone()),
+        );
+        tx.send_replace(if cfg.satellite_upstream {
+            (ter, sat)
+        } else {
+            (sat, ter)
+        });
+    }
+    changed
+}
+
+/// A leg's reloadable options, for the log.
+fn leg_summary(l: &Leg) -> String {
+    format!(
+        "congestion={} buffer={} nodelay={} notsent_lowat={}",
+        l.congestion.as_deref().unwrap_or("(kernel default)"),
+        l.buffer.map_or("auto".into(), |b| b.to_string()),
+        l.nodelay,
+        l.notsent_lowat.map_or("-".into(), |b| b.to_string()),
+    )
+}
+
 /// `old` with `new`'s choice of which connections are intercepted: the part of a
 /// configuration that one nftables transaction changes without touching live connections.
 fn with_selection(old: &ProxyConfig, new: &ProxyConfig) -> ProxyConfig {
@@ -108,8 +244,15 @@ fn with_selection(old: &ProxyConfig, new: &ProxyConfig) -> ProxyConfig {
 }
 
 /// Runs until aborted: checks the rules every [`CHECK_EVERY`] and applies reloads. `cfg` is
-/// the configuration the rules were installed from.
-pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: UnboundedReceiver<Reload>) {
+/// the configuration the rules were installed from (with the satellite controller it
+/// resolved); `legs`, where the accept loop reads the legs new connections get (`None`: a
+/// tunnel gateway, whose leg changes wait for a restart).
+pub async fn keep(
+    mut cfg: ProxyConfig,
+    reg: Arc<Registry>,
+    mut reload: UnboundedReceiver<Reload>,
+    legs: Option<tokio::sync::watch::Sender<Legs>>,
+) {
     let k = &reg.counters;
     k.interception_installed.store(1, Relaxed);
     let mut tick = tokio::time::interval(CHECK_EVERY);
@@ -140,9 +283,23 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
                     k.reload_failures.fetch_add(1, Relaxed);
                     error!(error = %e, "reload refused: the running configuration stays");
                 }
-                Some(Ok(new)) => {
+                Some(Ok(mut new)) => {
                     crate::notify::reloading();
-                    let later = restart_needed(&cfg, &new);
+                    if legs.is_some() {
+                        match resolve_legs(&cfg, &new) {
+                            Ok((sat, ter)) => (new.satellite, new.terrestrial) = (sat, ter),
+                            Err(e) => {
+                                k.reload_failures.fetch_add(1, Relaxed);
+                                error!(error = %e, "reload refused: the running configuration stays");
+                                crate::notify::ready("intercepting");
+                                continue;
+                            }
+                        }
+                    } else if new.satellite.congestion.is_none() {
+                        // As resolved at the start: no change.
+                        new.satellite.congestion = cfg.satellite.congestion.clone();
+                    }
+                    let later = restart_needed(&cfg, &new, legs.is_some());
                     let next = with_selection(&cfg, &new);
                     let changed = next != cfg;
                     let applied = if changed {
@@ -156,12 +313,15 @@ pub async fn keep(mut cfg: ProxyConfig, reg: Arc<Registry>, mut reload: Unbounde
                     match applied {
                         Ok(()) => {
                             k.reloads.fetch_add(1, Relaxed);
-                            let limits = apply_limits(&cfg, &new, &reg);
+                            let mut changes = apply_limits(&cfg, &new, &reg);
                             cfg = next;
                             cfg.max_connections = new.max_connections;
                             cfg.max_memory = new.max_memory;
                             cfg.idle_timeout = new.idle_timeout;
-                            info!(interception_changed = changed, limits = %limits.join(", "), "configuration reloaded");
+                            if let Some(tx) = &legs {
+                                changes.extend(apply_legs(&mut cfg, &new, tx));
+                            }
+                            info!(interception_changed = changed, changes = %changes.join(", "), "configuration reloaded");
                             if !later.is_empty() {
                                 warn!(keys = %later.join(", "), "changed keys that take effect at the next start (live connections depend on them)");
                             }
@@ -204,10 +364,10 @@ mod tests {
         // What needs a restart is kept as it runs, and named.
         assert_eq!(next.port, old.port);
         assert_eq!(
-            restart_needed(&old, &new),
+            restart_needed(&old, &new, true),
             vec!["proxy.port", "proxy.buffer"]
         );
-        assert!(restart_needed(&old, &old).is_empty());
+        assert!(restart_needed(&old, &old, true).is_empty());
     }
 
     #[test]
@@ -231,5 +391,52 @@ mod tests {
         assert_eq!(changed.len(), 1, "{changed:?}");
         assert_eq!(gw.counters.memory_limit.load(Relaxed), 0);
         assert_eq!(gw.counters.idle_timeout_ms.load(Relaxed), 90_000);
+    }
+
+    #[test]
+    fn a_reload_gives_new_connections_new_leg_options_but_not_what_routes_hold() {
+        let old = cfg("[satellite]\ncongestion = \"cubic\"\n");
+        let new = cfg("[satellite]\ncongestion = \"bbr\"\nbuffer = \"8MiB\"\nnodelay = true\n[terrestrial]\nnotsent_lowat = \"64KiB\"\n");
+        assert!(restart_needed(&old, &new, true).is_empty());
+        // A gateway (legs not reloadable) names each key instead.
+        assert_eq!(
+            restart_needed(&old, &new, false),
+            vec![
+                "satellite.congestion",
+                "satellite.buffer",
+                "satellite.nodelay",
+                "terrestrial.notsent_lowat"
+            ]
+        );
+        let (tx, rx) = tokio::sync::watch::channel((
+            Arc::new(old.terrestrial.clone()),
+            Arc::new(old.satellite.clone()),
+        ));
+        let mut running = old.clone();
+        let changed = apply_legs(&mut running, &new, &tx);
+        assert_eq!(changed.len(), 2, "{changed:?}");
+        let (down, up) = rx.borrow().clone();
+        // At a terminal the satellite leg is the connecting (upstream) side.
+        assert_eq!(up.congestion.as_deref(), Some("bbr"));
+        assert_eq!(up.buffer, Some(8 << 20));
+        assert!(up.nodelay);
+        assert_eq!(down.notsent_lowat, Some(64 << 10));
+        assert!(apply_legs(&mut running, &new, &tx).is_empty());
+        // Route-held and listener-held keys, and a move to adaptive selection, wait.
+        let routes = cfg("[satellite]\ncongestion = \"adaptive\"\nbuffer = \"8MiB\"\nnodelay = true\nmss = 1200\ninterface = \"eth0\"\ninitcwnd = 40\n[terrestrial]\nnotsent_lowat = \"64KiB\"\n");
+        assert_eq!(
+            restart_needed(&old, &routes, true),
+            vec![
+                "adaptive",
+                "satellite.interface",
+                "satellite.initcwnd",
+                "satellite.mss"
+            ]
+        );
+        let before = rx.borrow().clone();
+        let mut routes = routes;
+        (routes.satellite, routes.terrestrial) = resolve_legs(&running, &routes).unwrap();
+        assert!(apply_legs(&mut running, &routes, &tx).is_empty());
+        assert!(Arc::ptr_eq(&rx.borrow().1, &before.1));
     }
 }

@@ -186,6 +186,9 @@ pub async fn run(
     })?;
     let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
     let control = start_control(&cfg, &registry).await?;
+    // The legs new connections get; a reload replaces them (lifecycle::keep).
+    let (legs_tx, mut legs) =
+        tokio::sync::watch::channel((Arc::new(down_leg.clone()), Arc::new(up_leg.clone())));
     // The queue is read before the rules that fill it exist.
     let holder = if cfg.strict {
         Some(crate::hold::start(
@@ -193,7 +196,7 @@ pub async fn run(
             cfg.mark,
             match &terminal {
                 Some(t) => crate::hold::Upstream::Tunnel(t.clone()),
-                None => crate::hold::Upstream::Tcp(Arc::new(up_leg.clone())),
+                None => crate::hold::Upstream::Tcp(legs.clone()),
             },
             CONNECT_TIMEOUT,
             registry.clone(),
@@ -255,6 +258,7 @@ pub async fn run(
         cfg.clone(),
         registry.clone(),
         reload,
+        Some(legs_tx),
     ));
     let cfg = Arc::new(cfg);
     let adaptive = cfg
@@ -263,7 +267,6 @@ pub async fn run(
         .map(|a| tokio::spawn(crate::adaptive::run(a, registry.clone())));
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
     let summaries = log_summaries(registry.clone(), cfg.log_summary);
-    let (down_leg, up_leg) = (Arc::new(down_leg), Arc::new(up_leg));
     // One descriptor held back for the moment the others run out (see the accept loop).
     let mut spare = std::fs::File::open("/dev/null").ok();
     let mut out_of_fds = std::time::Instant::now() - Duration::from_secs(2);
@@ -279,9 +282,17 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            Ok(()) = legs.changed() => {
+                // Buffers set on the listener size the window scale of the handshakes to come.
+                let dl = legs.borrow_and_update().0.clone();
+                if let Err(e) = crate::sockets::tune_listener(SockRef::from(&listener), &dl) {
+                    warn!(error = %e, "reload: the listener keeps its buffers");
+                }
+            }
             r = listener.accept() => match r {
                 Ok((client, peer)) => {
-                    let (cfg, reg, dl, ul) = (cfg.clone(), registry.clone(), down_leg.clone(), up_leg.clone());
+                    let (dl, ul) = legs.borrow().clone();
+                    let (cfg, reg) = (cfg.clone(), registry.clone());
                     let adm = admission.clone();
                     let held = holder.clone();
                     let term = terminal.clone();
@@ -789,6 +800,7 @@ async fn gateway(
         cfg.clone(),
         registry.clone(),
         reload,
+        None,
     ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);

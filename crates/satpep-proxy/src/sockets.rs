@@ -96,16 +96,7 @@ pub fn listener(port: u16, leg: &Leg) -> io::Result<std::net::TcpListener> {
     s.set_only_v6(false)?;
     s.set_reuse_address(true)?;
     set_transparent(&s, true)?;
-    // Buffers set on the listener are inherited and size the window scale at the handshake.
-    tune(
-        SockRef::from(&s),
-        &Leg {
-            congestion: None,
-            nodelay: false,
-            notsent_lowat: None,
-            ..leg.clone()
-        },
-    )?;
+    tune_listener(SockRef::from(&s), leg)?;
     s.bind(&SocketAddr::from(([0u16; 8], port)).into())?;
     if leg.fastopen {
         // Queue of pending Fast Open requests (connections whose SYN carried data).
@@ -114,6 +105,21 @@ pub fn listener(port: u16, leg: &Leg) -> io::Result<std::net::TcpListener> {
     s.listen(1024)?;
     s.set_nonblocking(true)?;
     Ok(s.into())
+}
+
+/// Sets on a listener what its accepted sockets inherit: buffers (inherited, they size the
+/// window scale at the handshake) and MSS. The controller, Nagle and low-water mark are set
+/// on each accepted socket ([`tune`]).
+pub fn tune_listener(s: SockRef<'_>, leg: &Leg) -> io::Result<()> {
+    tune(
+        s,
+        &Leg {
+            congestion: None,
+            nodelay: false,
+            notsent_lowat: None,
+            ..leg.clone()
+        },
+    )
 }
 
 /// An unconnected, non-blocking socket bound to the client's address (so the server sees the

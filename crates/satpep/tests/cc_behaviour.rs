@@ -317,8 +317,10 @@ fn westwood_sets_ssthresh_to_the_measured_pipe() {
     println!(
         "westwood: median ssthresh {ssthresh} = {ratio:.2} x BDP ({bdp:.1}; want 1, Reno ~0.56)"
     );
+    // Up to 1.3: on a busy machine ACKs bunch up and the bandwidth samples run high (1.15
+    // seen in CI beside a build); Reno's ~0.56 stays far outside.
     assert!(
-        (0.75..=1.15).contains(&ratio),
+        (0.75..=1.3).contains(&ratio),
         "median ssthresh {ssthresh} after 4 s is {ratio:.2} x BDP, want ~1\n{}",
         dump(&s)
     );

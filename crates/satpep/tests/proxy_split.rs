@@ -1558,6 +1558,91 @@ fn a_reload_changes_the_limits_of_the_running_proxy() {
     assert!(!log.contains("take effect at the next start"), "{log}");
 }
 
+/// The satellite leg's controller of each live connection of the proxy in `host`, by the
+/// server port, from `satpep status --json`.
+fn satellite_cc(lab: &Lab, host: Host) -> Vec<(u16, String)> {
+    let out = lab
+        .command(host, bin())
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let mut r: Vec<(u16, String)> = v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let port = c["dst"].as_str().unwrap().rsplit(':').next().unwrap();
+            (
+                port.parse().unwrap(),
+                c["satellite"]["congestion"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    r.sort();
+    r
+}
+
+#[test]
+fn a_reload_gives_new_connections_the_new_controller_and_live_ones_keep_theirs() {
+    let lab = split_lab("pccr", "[both]\nrate='100Mbit'\ndelay='5ms'\n");
+    echo_server(&lab, 9360);
+    echo_server(&lab, 9361);
+    let connect = |port: u16| {
+        in_netns(&lab.ns(Host::Client), move || {
+            let s = TcpStream::connect(("198.18.3.2", port)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        })
+        .join()
+        .unwrap()
+    };
+    let mut a = connect(9360);
+    echo(&mut a, 1);
+    // The terminal's satellite leg connects upstream, the gateway's is the accepted one:
+    // both paths of a reload (the connecting socket, the accepted socket and its listener).
+    for host in [Host::Terminal, Host::Gateway] {
+        assert_eq!(satellite_cc(&lab, host), vec![(9360, "cubic".into())]);
+    }
+    // A controller that is not registered is refused, naming the key; nothing changes.
+    let reload = |from: &str, to: &str| {
+        for host in ["terminal", "gateway"] {
+            let file = format!("/run/satpep/lab/{}/proxy-{host}.toml", lab.name);
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(text.contains(from), "{text}");
+            std::fs::write(&file, text.replace(from, to)).unwrap();
+            unsafe { libc::kill(proxy_pid(&lab, host), libc::SIGHUP) };
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    reload("congestion = \"cubic\"", "congestion = \"no_such_cc\"");
+    assert_eq!(
+        metric(&lab, Host::Gateway, "satpep_config_reload_failures_total"),
+        1.0
+    );
+    let log = lab.proxy_log(Host::Gateway);
+    assert!(
+        log.contains("satellite.congestion: 'no_such_cc' is not registered"),
+        "{log}"
+    );
+    // A registered one applies to connections made after the reload.
+    reload("congestion = \"no_such_cc\"", "congestion = \"bbr\"");
+    let mut b = connect(9361);
+    echo(&mut b, 2);
+    for host in [Host::Terminal, Host::Gateway] {
+        assert_eq!(
+            satellite_cc(&lab, host),
+            vec![(9360, "cubic".into()), (9361, "bbr".into())],
+            "{host:?}"
+        );
+    }
+    echo(&mut a, 3);
+    let log = lab.proxy_log(Host::Gateway);
+    assert!(log.contains("satellite: congestion=cubic"), "{log}");
+    assert!(!log.contains("take effect at the next start"), "{log}");
+}
+
 /// Whether process `pid` still runs (an exited child not yet reaped does not).
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
