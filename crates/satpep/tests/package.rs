@@ -374,6 +374,12 @@ fn the_package_installs_runs_as_its_unit_says_reloads_drains_and_purges() {
         "{}",
         read_log()
     );
+    // The example names no controller: the one the start resolved is not a change.
+    assert!(
+        !read_log().contains("take effect at the next start"),
+        "{}",
+        read_log()
+    );
     let m = metrics(&lab, Host::Terminal);
     let splits = m
         .lines()
