@@ -293,11 +293,25 @@ pub fn set_overload(on: bool) -> Result<(), String> {
 
 /// Connections bypassed so far because the proxy was at its limit.
 pub fn bypassed() -> Result<u64, String> {
-    let out = run("nft", &["list", "counter", "inet", TABLE, "bypassed"], None)?;
-    out.split("packets ")
-        .nth(1)
-        .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| "cannot read the bypassed counter".into())
+    // nft's JSON output, not its text: the machine interface, stable across versions.
+    let out = run(
+        "nft",
+        &["-j", "list", "counter", "inet", TABLE, "bypassed"],
+        None,
+    )?;
+    bypassed_from_json(&out)
+}
+
+/// The packet count in `nft -j list counter …` output.
+fn bypassed_from_json(out: &str) -> Result<u64, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(out).map_err(|e| format!("nft -j list counter: {e}"))?;
+    v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|o| o["counter"]["packets"].as_u64())
+        .ok_or_else(|| format!("no counter in nft's answer: {out}"))
 }
 
 /// The xtables chain that queues held SYNs (nftables' own `queue` needs nft_queue, which
@@ -478,6 +492,14 @@ mod tests {
 
     fn rules(t: &str) -> String {
         ruleset(&ProxyFile::parse(t).unwrap().resolve().unwrap())
+    }
+
+    #[test]
+    fn the_bypassed_counter_is_read_from_nfts_json() {
+        let out = r#"{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}}, {"counter": {"family": "inet", "name": "bypassed", "table": "satpep", "handle": 4, "packets": 17, "bytes": 1020}}]}"#;
+        assert_eq!(bypassed_from_json(out), Ok(17));
+        assert!(bypassed_from_json(r#"{"nftables": []}"#).is_err());
+        assert!(bypassed_from_json("table inet satpep {").is_err());
     }
 
     #[test]
