@@ -1408,20 +1408,23 @@ fn metric(lab: &Lab, host: Host, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in\n{m}"))
 }
 
+/// A connection from the lab's client to the server's `port`, with a 5 s read timeout.
+fn connect_from_client(lab: &Lab, port: u16) -> TcpStream {
+    in_netns(&lab.ns(Host::Client), move || {
+        let s = TcpStream::connect(("198.18.3.2", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    })
+    .join()
+    .unwrap()
+}
+
 #[test]
 fn flushed_rules_come_back_and_sighup_reloads_without_dropping_flows() {
     let lab = split_lab("preload", "[both]\nrate='100Mbit'\ndelay='5ms'\n");
     echo_server(&lab, 9320);
     echo_server(&lab, 9321);
-    let connect = |port: u16| {
-        in_netns(&lab.ns(Host::Client), move || {
-            let s = TcpStream::connect(("198.18.3.2", port)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            s
-        })
-        .join()
-        .unwrap()
-    };
+    let connect = |port: u16| connect_from_client(&lab, port);
     let log = || {
         std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name)).unwrap()
     };
@@ -1589,15 +1592,7 @@ fn a_reload_gives_new_connections_the_new_controller_and_live_ones_keep_theirs()
     let lab = split_lab("pccr", "[both]\nrate='100Mbit'\ndelay='5ms'\n");
     echo_server(&lab, 9360);
     echo_server(&lab, 9361);
-    let connect = |port: u16| {
-        in_netns(&lab.ns(Host::Client), move || {
-            let s = TcpStream::connect(("198.18.3.2", port)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            s
-        })
-        .join()
-        .unwrap()
-    };
+    let connect = |port: u16| connect_from_client(&lab, port);
     let mut a = connect(9360);
     echo(&mut a, 1);
     // The terminal's satellite leg connects upstream, the gateway's is the accepted one:
