@@ -315,14 +315,7 @@ fn the_package_installs_runs_as_its_unit_says_reloads_drains_and_purges() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    struct Kill(i32);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            // SAFETY: the service this test started; harmless once it has exited.
-            unsafe { libc::kill(self.0, libc::SIGKILL) };
-        }
-    }
-    let _kill = Kill(main_pid);
+    let _kill = KillOnDrop(main_pid);
 
     // A server that sends `n` bytes of a pattern to each connection, then ends cleanly.
     let listener = in_netns(&lab.ns(Host::Server), || {

@@ -1774,14 +1774,7 @@ fn under_systemd_it_is_ready_once_intercepting_feeds_the_watchdog_and_says_it_st
         .stderr(std::fs::File::create(dir.join("proxy.log")).unwrap())
         .spawn()
         .unwrap();
-    struct Kill(u32);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            // SAFETY: the proxy this test started; a no-op once it has exited and been reaped.
-            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
-        }
-    }
-    let _kill = Kill(proxy.id());
+    let _kill = KillOnDrop(proxy.id() as i32);
     let next = || {
         let mut b = [0u8; 512];
         let n = manager.recv(&mut b).unwrap_or_else(|e| {

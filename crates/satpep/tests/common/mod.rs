@@ -186,3 +186,14 @@ pub fn metrics(lab: &Lab, host: satpep_lab::Host) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// SIGKILLs process `.0` when dropped, so a failing test leaves no process of its own
+/// running; harmless once it has exited.
+pub struct KillOnDrop(pub i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: signalling a process the test started.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
