@@ -441,7 +441,12 @@ static __always_inline void end_round(struct sock *sk, struct sat *ca)
 	       queue_us(ca) < slack_us(tp, ca) / 4;
 	ca->round_acked = 0;
 	ca->round_lost = 0;
-	ca->round_bw = 0;
+	/* Outside the start the latest sample stays until the next one: a queue met on the
+	 * ACK that ends a round would otherwise read a rate of zero and cut the model to half
+	 * of what the window delivers (beside 20 Mbit/s of UDP, a probe's end did that, and
+	 * the link ran at 74 % for the rest of the run). */
+	if (ca->phase == PH_STARTUP)
+		ca->round_bw = 0;
 	ca->round_cwnd = tp->snd_cwnd;
 	ca->app_limited = 0;
 	ca->reacted = 0;
@@ -493,6 +498,9 @@ static __always_inline void end_round(struct sock *sk, struct sat *ca)
 				enter(sk, ca, PH_DRAIN);
 			} else {
 				enter(sk, ca, PH_CRUISE);
+				/* The probe's extra is still queued for one round: not a slower
+				 * link. */
+				ca->reacted = 1;
 			}
 		}
 		break;
