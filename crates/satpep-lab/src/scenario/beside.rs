@@ -74,14 +74,16 @@ pub struct Beside {
     cross: Option<(Server, Child)>,
     competing: Option<(Server, Child)>,
     requests: Option<(HttpServer, Child, u64)>,
-    /// The emulator's uptime when the bulk traffic started, s (the delay trace's clock).
+    /// The emulator's uptime when this started, just before the bulk transfer's client, s
+    /// (the clock of the link's traces).
     uptime0: Option<f64>,
-    /// Wall clock when the bulk traffic started, s since the epoch.
+    /// Wall clock at the same moment, s since the epoch.
     epoch0: f64,
     errors: Vec<String>,
 }
 
-fn epoch_now() -> f64 {
+/// Wall clock now, s since the epoch.
+pub fn epoch_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -210,16 +212,31 @@ impl Beside {
         b
     }
 
+    /// Wall clock when this started, s since the epoch.
+    pub fn epoch0(&self) -> f64 {
+        self.epoch0
+    }
+
+    /// The emulator's uptime at wall-clock time `epoch` (s since the epoch), if it answered
+    /// when this started.
+    pub fn uptime_at(&self, epoch: f64) -> Option<f64> {
+        self.uptime0.map(|u| u + epoch - self.epoch0)
+    }
+
     /// Waits for everything (each has its own time limit), parses what it saw; `base_rtt_ms(t)`
-    /// is the path's base RTT at emulator uptime `t`; goodput counts from `warmup_s`.
+    /// is the path's base RTT at emulator uptime `t`; goodput counts from `warmup_s`;
+    /// `data_epoch` is when the bulk transfer's first data arrived (s since the epoch; the
+    /// probe's times count from it), if it was seen.
     pub fn finish(
         self,
         base_rtt_ms: &dyn Fn(f64) -> f64,
         warmup_s: f64,
+        data_epoch: Option<f64>,
         errors: &mut Vec<String>,
     ) -> BesideRecord {
+        let t0 = data_epoch.unwrap_or(self.epoch0);
         let mut r = BesideRecord {
-            link_uptime_s: self.uptime0,
+            link_uptime_s: self.uptime_at(t0),
             ..Default::default()
         };
         errors.extend(self.errors);
@@ -243,12 +260,9 @@ impl Beside {
                 r.probes = (sent, got);
                 for (recv_epoch, rtt_ms) in samples {
                     let sent_epoch = recv_epoch - rtt_ms / 1e3;
-                    let t = sent_epoch - self.epoch0;
-                    let base = match self.uptime0 {
-                        Some(u0) => base_rtt_ms(u0 + t),
-                        None => base_rtt_ms(0.0),
-                    };
-                    r.queue.push((t, (rtt_ms - base).max(0.0)));
+                    let u = self.uptime0.map_or(0.0, |u| u + sent_epoch - self.epoch0);
+                    let base = base_rtt_ms(u);
+                    r.queue.push((sent_epoch - t0, (rtt_ms - base).max(0.0)));
                 }
             }
         }

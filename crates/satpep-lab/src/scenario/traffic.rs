@@ -164,6 +164,74 @@ impl Sampler {
     }
 }
 
+/// Watches the receiving host for the first data of the flow on `port`: iperf3's intervals
+/// count from there, seconds after the client started (its control exchange takes about six
+/// round trips, 3.4 s on a GEO path). Returns the wall clock then, s since the epoch.
+struct FirstData {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Option<f64>>>,
+}
+
+impl FirstData {
+    fn start(lab: &Lab, host: Host, port: u16, limit: Duration) -> FirstData {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ns = lab.ns(host);
+        let s2 = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while !s2.load(Ordering::Relaxed) && t0.elapsed() < limit {
+                let o = std::process::Command::new("ip")
+                    .args(["netns", "exec", &ns, "ss", "-tinH", "state", "established"])
+                    .output()
+                    .ok()?;
+                if received(&String::from_utf8_lossy(&o.stdout), port) >= FIRST_DATA_BYTES {
+                    return Some(super::beside::epoch_now());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            None
+        });
+        FirstData {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    fn finish(mut self) -> Option<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().and_then(|h| h.join().ok()).flatten()
+    }
+}
+
+/// More than iperf3's control connection receives before the test starts (its state bytes);
+/// less than one full segment of data.
+const FIRST_DATA_BYTES: u64 = 1000;
+
+/// The most bytes any socket with local or peer port `port` received, from `ss -tinH`.
+pub fn received(text: &str, port: u16) -> u64 {
+    let mut mine = false;
+    let mut most = 0;
+    for line in text.lines() {
+        if !line.starts_with(|c: char| c.is_whitespace()) {
+            mine = line.split_whitespace().any(|a| {
+                a.rsplit_once(':')
+                    .and_then(|(_, p)| p.parse::<u16>().ok())
+                    .is_some_and(|p| p == port)
+            });
+            continue;
+        }
+        if std::mem::take(&mut mine) {
+            let got = line
+                .split_whitespace()
+                .find_map(|t| t.strip_prefix("bytes_received:"))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            most = most.max(got);
+        }
+    }
+    most
+}
+
 /// Parses `ss -tinH` output: a socket line, then an indented line of details. Keeps sockets
 /// with a local or peer port in `ports` that carried data, one (the busiest) per flow.
 pub fn parse_ss(text: &str, t: f64, ports: &std::ops::Range<u16>) -> Vec<SocketSample> {
@@ -371,7 +439,8 @@ fn bulk(
         }
     }
     let beside = Beside::start(lab, spec, dur);
-    let uptime0 = lab.link_stats().ok().map(|s| s.uptime_s);
+    let receiver = if download { client_host } else { server_host };
+    let first_data = FirstData::start(lab, receiver, BASE_PORT, Duration::from_secs_f64(dur));
     let start = Instant::now();
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut ccs = Vec::new();
@@ -505,6 +574,9 @@ fn bulk(
         }
         (b, s, last)
     };
+    // iperf3's intervals count from the first data's arrival, seconds after the client
+    // started; what arrived then passed the emulator one forward delay earlier.
+    let data_epoch = first_data.finish();
     let total_bytes: u64 = flows.iter().map(|f| window(f, warm).0).sum();
     let last_end = flows.iter().map(|f| window(f, warm).2).fold(warm, f64::max);
     let span = (last_end - warm).max(1e-3);
@@ -520,7 +592,11 @@ fn bulk(
         Ok(cfg) => {
             let d = if download { &cfg.forward } else { &cfg.ret };
             // With a rate trace the limit is the trace's mean over the measured span.
-            let limit_bps = match uptime0 {
+            let at_link = data_epoch.or(Some(beside.epoch0())).and_then(|e| {
+                let u = beside.uptime_at(e)?;
+                Some(u - d.delay.at(u * 1e9) / 1e9)
+            });
+            let limit_bps = match at_link {
                 Some(u0) => {
                     let (a, b) = ((u0 + warm) * 1e9, (u0 + last_end) * 1e9);
                     limit_bps * d.rate.mean_bps(a, b) / d.rate.max_bps()
@@ -548,7 +624,7 @@ fn bulk(
             cfg.as_ref()
                 .map_or(0.0, |c| super::beside::base_rtt_ms(c, u))
         };
-        rec.beside = Some(beside.finish(&base, warm, &mut rec.errors));
+        rec.beside = Some(beside.finish(&base, warm, data_epoch, &mut rec.errors));
     }
     if n > 1 {
         rec.jain = Some(jain(
@@ -811,5 +887,25 @@ ESTAB 0      0      198.18.3.2:22 198.18.1.2:40006\n\t cubic rtt:1/1 cwnd:5 byte
         let s = parse_ss(text, 0.5, &(5201..5203));
         assert_eq!(s[0].cc, "satpep_sat");
         assert_eq!(s[0].cwnd, 300);
+    }
+
+    #[test]
+    fn received_counts_the_sockets_of_one_port_only() {
+        // The client of a download: iperf3's control connection and its data connection to
+        // 5201, another flow's on 5202.
+        let text = "0 0 198.18.1.2:40000 198.18.3.2:5201
+	 cubic rtt:600/2 bytes_received:4 segs_in:3
+0 0 198.18.1.2:40002 198.18.3.2:5201
+	 cubic rtt:600/2 bytes_received:46336 segs_in:33
+0 0 198.18.1.2:40004 198.18.3.2:5202
+	 cubic rtt:600/2 bytes_received:9999999
+";
+        assert_eq!(received(text, 5201), 46336);
+        assert_eq!(received(text, 5202), 9999999);
+        assert_eq!(received(text, 5203), 0);
+        // Before the test starts only the control bytes are there.
+        assert!(
+            received(&text.lines().take(2).collect::<Vec<_>>().join("\n"), 5201) < FIRST_DATA_BYTES
+        );
     }
 }
