@@ -22,8 +22,8 @@
  * the queue. A queue left after the drain cuts the rate again.
  *
  * Rate rises: every 4 rounds the window probes half a slack above the model; room found
- * doubles the probe, three in a row (or two full windows that met no queue at all) restart
- * growth at x1.5 a round.
+ * doubles the probe, three in a row (or two full windows in which no queue reading showed a
+ * quarter of the slack) restart growth at x1.5 a round.
  *
  * A queue that is not its own: two drains in a row that leave a queue bigger than this
  * sender's window, a buffer that overflowed while the window held at or below the model, or
@@ -120,6 +120,8 @@ struct sat {
 	u8 regrowth:1;     /* growth after the start: x1.5 a round */
 	u8 overflow:1;     /* since the last drain: a loss with a queue while the window held
 			    * at or below the model (another sender overflows the buffer) */
+	u8 read:1;         /* this round had a queue reading of three samples or more */
+	u8 queued:1;       /* and one of them showed a quarter of the slack or more */
 };
 
 _Static_assert(sizeof(struct sat) <= 104, "struct sat must fit icsk_ca_priv");
@@ -437,8 +439,7 @@ static __always_inline void end_round(struct sock *sk, struct sat *ca)
 	/* A full window at the model's bandwidth-delay product met no queue at all: the model is
 	 * too slow (a fade ended, other traffic left, a drain cut too deep). */
 	idle = filled && (ca->phase == PH_CRUISE || ca->phase == PH_PROBE) &&
-	       ca->round_cwnd >= segs_in(tp, ca->bw, base) && ca->recent_n >= 3 &&
-	       queue_us(ca) < slack_us(tp, ca) / 4;
+	       ca->round_cwnd >= segs_in(tp, ca->bw, base) && ca->read && !ca->queued;
 	ca->round_acked = 0;
 	ca->round_lost = 0;
 	/* Outside the start the latest sample stays until the next one: a queue met on the
@@ -450,6 +451,8 @@ static __always_inline void end_round(struct sock *sk, struct sat *ca)
 	ca->round_cwnd = tp->snd_cwnd;
 	ca->app_limited = 0;
 	ca->reacted = 0;
+	ca->read = 0;
+	ca->queued = 0;
 	if (ca->phase_rounds < 255)
 		ca->phase_rounds++;
 	ca->idle_rounds = idle ? min(ca->idle_rounds + 1, 255) : 0;
@@ -597,6 +600,14 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 
 	if (rtt > 0)
 		rtt_sample(tp, ca, (u32)rtt);
+	/* Whether the round met a queue is read through it, not at its last ACK: a window
+	 * smaller than the link leaves a gap before each round, and the ACK that ends the round
+	 * comes after that gap, with too few samples in the reading's span to count. */
+	if (ca->recent_n >= 3) {
+		ca->read = 1;
+		if (queue_us(ca) >= slack_us(tp, ca) / 4)
+			ca->queued = 1;
+	}
 	ca->round_acked += acked;
 	if (rs->losses > 0)
 		ca->round_lost += rs->losses;
