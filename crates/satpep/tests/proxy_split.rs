@@ -713,9 +713,10 @@ fn satellite_leg_gets_its_initial_windows_mss_and_fast_open() {
         let c = &st["connections"][0];
         // One byte each way is not enough to grow or shrink either window.
         assert_eq!(c["satellite"]["cwnd"], 40, "{host:?}: {st}");
-        // The terrestrial leg keeps the kernel's 10 (bbr may already be at 11).
+        // The terrestrial leg starts from the kernel's 10, not the satellite's 40 (bbr grows
+        // by the segments acknowledged: CI read 12 after three).
         assert!(
-            c["terrestrial"]["cwnd"].as_u64().unwrap() <= 11,
+            c["terrestrial"]["cwnd"].as_u64().unwrap() <= 15,
             "{host:?}: {st}"
         );
         let mss = c["satellite"]["mss"].as_u64().unwrap();
