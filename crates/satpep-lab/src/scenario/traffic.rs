@@ -120,42 +120,53 @@ pub fn jain(x: &[f64]) -> f64 {
     s * s / (x.len() as f64 * q)
 }
 
-/// Samples the satellite-leg sender's sockets every half second with `ss -ti`.
-struct Sampler {
+/// Runs `ss -tinH state established` in one host every `every` and hands each output to a
+/// step function with the seconds since the start, until the step says it is done, `limit`
+/// passes, or [`SsPoll::finish`] is called; the step's state comes back from `finish`. The
+/// socket sampler and the first-data watcher run on it.
+struct SsPoll<S> {
     stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Vec<SocketSample>>>,
+    handle: Option<std::thread::JoinHandle<S>>,
 }
 
-impl Sampler {
-    fn start(lab: &Lab, host: Host, ports: std::ops::Range<u16>) -> Sampler {
+impl<S: Default + Send + 'static> SsPoll<S> {
+    fn start(
+        lab: &Lab,
+        host: Host,
+        every: Duration,
+        limit: Duration,
+        mut step: impl FnMut(&mut S, &str, f64) -> bool + Send + 'static,
+    ) -> SsPoll<S> {
         let stop = Arc::new(AtomicBool::new(false));
         let ns = lab.ns(host);
         let s2 = stop.clone();
         let handle = std::thread::spawn(move || {
+            let mut state = S::default();
             let t0 = Instant::now();
-            let mut out = Vec::new();
-            while !s2.load(Ordering::Relaxed) {
-                let t = t0.elapsed().as_secs_f64();
+            while !s2.load(Ordering::Relaxed) && t0.elapsed() < limit {
+                let t = t0.elapsed();
                 if let Ok(o) = std::process::Command::new("ip")
                     .args(["netns", "exec", &ns, "ss", "-tinH", "state", "established"])
                     .output()
                 {
-                    out.extend(parse_ss(&String::from_utf8_lossy(&o.stdout), t, &ports));
+                    let text = String::from_utf8_lossy(&o.stdout);
+                    if step(&mut state, &text, t.as_secs_f64()) {
+                        break;
+                    }
                 }
-                let next = Duration::from_secs_f64(t + 0.5);
-                while t0.elapsed() < next && !s2.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(20));
+                while t0.elapsed() < t + every && !s2.load(Ordering::Relaxed) {
+                    std::thread::sleep(every.min(Duration::from_millis(20)));
                 }
             }
-            out
+            state
         });
-        Sampler {
+        SsPoll {
             stop,
             handle: Some(handle),
         }
     }
 
-    fn finish(mut self) -> Vec<SocketSample> {
+    fn finish(mut self) -> S {
         self.stop.store(true, Ordering::Relaxed);
         self.handle
             .take()
@@ -164,43 +175,37 @@ impl Sampler {
     }
 }
 
-/// Watches the receiving host for the first data of the flow on `port`: iperf3's intervals
-/// count from there, seconds after the client started (its control exchange takes about six
-/// round trips, 3.4 s on a GEO path). Returns the wall clock then, s since the epoch.
-struct FirstData {
-    stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Option<f64>>>,
+/// Samples the satellite-leg sender's sockets every half second.
+fn sample_sockets(lab: &Lab, host: Host, ports: std::ops::Range<u16>) -> SsPoll<Vec<SocketSample>> {
+    SsPoll::start(
+        lab,
+        host,
+        Duration::from_millis(500),
+        Duration::MAX,
+        move |out: &mut Vec<SocketSample>, text, t| {
+            out.extend(parse_ss(text, t, &ports));
+            false
+        },
+    )
 }
 
-impl FirstData {
-    fn start(lab: &Lab, host: Host, port: u16, limit: Duration) -> FirstData {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ns = lab.ns(host);
-        let s2 = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let t0 = Instant::now();
-            while !s2.load(Ordering::Relaxed) && t0.elapsed() < limit {
-                let o = std::process::Command::new("ip")
-                    .args(["netns", "exec", &ns, "ss", "-tinH", "state", "established"])
-                    .output()
-                    .ok()?;
-                if received(&String::from_utf8_lossy(&o.stdout), port) >= FIRST_DATA_BYTES {
-                    return Some(super::beside::epoch_now());
-                }
-                std::thread::sleep(Duration::from_millis(20));
+/// Watches the receiving host for the first data of the flow on `port`: iperf3's intervals
+/// count from there, seconds after the client started (its control exchange takes about six
+/// round trips, 3.4 s on a GEO path). Its state is the wall clock then, s since the epoch.
+fn watch_first_data(lab: &Lab, host: Host, port: u16, limit: Duration) -> SsPoll<Option<f64>> {
+    SsPoll::start(
+        lab,
+        host,
+        Duration::from_millis(20),
+        limit,
+        move |seen: &mut Option<f64>, text, _| {
+            let arrived = received(text, port) >= FIRST_DATA_BYTES;
+            if arrived {
+                *seen = Some(super::beside::epoch_now());
             }
-            None
-        });
-        FirstData {
-            stop,
-            handle: Some(handle),
-        }
-    }
-
-    fn finish(mut self) -> Option<f64> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.take().and_then(|h| h.join().ok()).flatten()
-    }
+            arrived
+        },
+    )
 }
 
 /// More than iperf3's control connection receives before the test starts (its state bytes);
@@ -362,7 +367,7 @@ pub fn run_once(
         "bulk" => BASE_PORT..BASE_PORT + t.flows as u16,
         _ => 80..81,
     };
-    let sampler = Sampler::start(lab, leg_sender(spec, download), ports);
+    let sampler = sample_sockets(lab, leg_sender(spec, download), ports);
     let res = match t.kind.as_str() {
         "bulk" => bulk(lab, spec, &mut rec, limit_bps, tick),
         "http" => http(lab, spec, &mut rec, tick),
@@ -440,7 +445,7 @@ fn bulk(
     }
     let beside = Beside::start(lab, spec, dur);
     let receiver = if download { client_host } else { server_host };
-    let first_data = FirstData::start(lab, receiver, BASE_PORT, Duration::from_secs_f64(dur));
+    let first_data = watch_first_data(lab, receiver, BASE_PORT, Duration::from_secs_f64(dur));
     let start = Instant::now();
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut ccs = Vec::new();
