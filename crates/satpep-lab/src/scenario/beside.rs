@@ -74,12 +74,32 @@ pub struct Beside {
     cross: Option<(Server, Child)>,
     competing: Option<(Server, Child)>,
     requests: Option<(HttpServer, Child, u64)>,
-    /// The emulator's uptime when this started, just before the bulk transfer's client, s
-    /// (the clock of the link's traces).
-    uptime0: Option<f64>,
-    /// Wall clock at the same moment, s since the epoch.
-    epoch0: f64,
+    /// The link's clock, read when this started (just before the bulk transfer's client).
+    clock: LinkClock,
     errors: Vec<String>,
+}
+
+/// The emulator's uptime (the clock of the link's rate and delay traces) against the wall
+/// clock, both read at one moment.
+#[derive(Clone, Copy, Debug)]
+pub struct LinkClock {
+    /// The emulator's uptime then, s, if it answered.
+    uptime0: Option<f64>,
+    /// Wall clock then, s since the epoch.
+    epoch0: f64,
+}
+
+impl LinkClock {
+    /// The emulator's uptime at wall-clock time `epoch` (s since the epoch).
+    pub fn uptime_at(&self, epoch: f64) -> Option<f64> {
+        self.uptime0.map(|u| u + epoch - self.epoch0)
+    }
+
+    /// The emulator's uptime when the bulk transfer's first data arrived (`data_epoch`, s
+    /// since the epoch), or when the clock was read if that was not seen.
+    pub fn uptime_at_data(&self, data_epoch: Option<f64>) -> Option<f64> {
+        self.uptime_at(data_epoch.unwrap_or(self.epoch0))
+    }
 }
 
 /// Wall clock now, s since the epoch.
@@ -122,8 +142,10 @@ impl Beside {
             cross: None,
             competing: None,
             requests: None,
-            uptime0,
-            epoch0: epoch_now(),
+            clock: LinkClock {
+                uptime0,
+                epoch0: epoch_now(),
+            },
             errors: Vec::new(),
         };
         let run_s = dur.round().max(1.0) as u32;
@@ -212,15 +234,9 @@ impl Beside {
         b
     }
 
-    /// Wall clock when this started, s since the epoch.
-    pub fn epoch0(&self) -> f64 {
-        self.epoch0
-    }
-
-    /// The emulator's uptime at wall-clock time `epoch` (s since the epoch), if it answered
-    /// when this started.
-    pub fn uptime_at(&self, epoch: f64) -> Option<f64> {
-        self.uptime0.map(|u| u + epoch - self.epoch0)
+    /// The link's clock, read when this started.
+    pub fn clock(&self) -> LinkClock {
+        self.clock
     }
 
     /// Waits for everything (each has its own time limit), parses what it saw; `base_rtt_ms(t)`
@@ -234,9 +250,10 @@ impl Beside {
         data_epoch: Option<f64>,
         errors: &mut Vec<String>,
     ) -> BesideRecord {
-        let t0 = data_epoch.unwrap_or(self.epoch0);
+        let clock = self.clock;
+        let t0 = data_epoch.unwrap_or(clock.epoch0);
         let mut r = BesideRecord {
-            link_uptime_s: self.uptime_at(t0),
+            link_uptime_s: clock.uptime_at_data(data_epoch),
             ..Default::default()
         };
         errors.extend(self.errors);
@@ -260,8 +277,7 @@ impl Beside {
                 r.probes = (sent, got);
                 for (recv_epoch, rtt_ms) in samples {
                     let sent_epoch = recv_epoch - rtt_ms / 1e3;
-                    let u = self.uptime0.map_or(0.0, |u| u + sent_epoch - self.epoch0);
-                    let base = base_rtt_ms(u);
+                    let base = base_rtt_ms(clock.uptime_at(sent_epoch).unwrap_or(0.0));
                     r.queue.push((sent_epoch - t0, (rtt_ms - base).max(0.0)));
                 }
             }

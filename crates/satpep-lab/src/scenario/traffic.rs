@@ -212,48 +212,47 @@ fn watch_first_data(lab: &Lab, host: Host, port: u16, limit: Duration) -> SsPoll
 /// less than one full segment of data.
 const FIRST_DATA_BYTES: u64 = 1000;
 
+/// The sockets of `ss -tinH` output: a socket line, then an indented line of details. Yields
+/// the socket line's ports ([state,] queues, local, peer: ss leaves the state out when
+/// filtering by one) with its details line.
+fn ss_sockets(text: &str) -> impl Iterator<Item = (Vec<u16>, &str)> {
+    let mut ports = None;
+    text.lines().filter_map(move |line| {
+        if !line.starts_with(|c: char| c.is_whitespace()) {
+            let port = |a: &str| a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+            ports = Some(line.split_whitespace().filter_map(port).collect());
+            return None;
+        }
+        ports.take().map(|p| (p, line))
+    })
+}
+
 /// The most bytes any socket with local or peer port `port` received, from `ss -tinH`.
 pub fn received(text: &str, port: u16) -> u64 {
-    let mut mine = false;
-    let mut most = 0;
-    for line in text.lines() {
-        if !line.starts_with(|c: char| c.is_whitespace()) {
-            mine = line.split_whitespace().any(|a| {
-                a.rsplit_once(':')
-                    .and_then(|(_, p)| p.parse::<u16>().ok())
-                    .is_some_and(|p| p == port)
-            });
-            continue;
-        }
-        if std::mem::take(&mut mine) {
-            let got = line
+    ss_sockets(text)
+        .filter(|(ports, _)| ports.contains(&port))
+        .filter_map(|(_, details)| {
+            details
                 .split_whitespace()
                 .find_map(|t| t.strip_prefix("bytes_received:"))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            most = most.max(got);
-        }
-    }
-    most
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Parses `ss -tinH` output: a socket line, then an indented line of details. Keeps sockets
 /// with a local or peer port in `ports` that carried data, one (the busiest) per flow.
 pub fn parse_ss(text: &str, t: f64, ports: &std::ops::Range<u16>) -> Vec<SocketSample> {
     let mut best: std::collections::BTreeMap<u32, (u64, SocketSample)> = Default::default();
-    let mut flow = None;
-    for line in text.lines() {
-        if !line.starts_with(|c: char| c.is_whitespace()) {
-            // [state,] queues, local, peer (ss leaves the state out when filtering by one).
-            let port = |a: &str| a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
-            flow = line
-                .split_whitespace()
-                .filter_map(port)
-                .find(|p| ports.contains(p))
-                .map(|p| (p - ports.start) as u32);
+    for (socket_ports, line) in ss_sockets(text) {
+        let Some(f) = socket_ports
+            .into_iter()
+            .find(|p| ports.contains(p))
+            .map(|p| (p - ports.start) as u32)
+        else {
             continue;
-        }
-        let Some(f) = flow.take() else { continue };
+        };
         let mut s = SocketSample {
             t,
             flow: f,
@@ -597,10 +596,10 @@ fn bulk(
         Ok(cfg) => {
             let d = if download { &cfg.forward } else { &cfg.ret };
             // With a rate trace the limit is the trace's mean over the measured span.
-            let at_link = data_epoch.or(Some(beside.epoch0())).and_then(|e| {
-                let u = beside.uptime_at(e)?;
-                Some(u - d.delay.at(u * 1e9) / 1e9)
-            });
+            let at_link = beside
+                .clock()
+                .uptime_at_data(data_epoch)
+                .map(|u| u - d.delay.at(u * 1e9) / 1e9);
             let limit_bps = match at_link {
                 Some(u0) => {
                     let (a, b) = ((u0 + warm) * 1e9, (u0 + last_end) * 1e9);
