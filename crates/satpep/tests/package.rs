@@ -362,9 +362,14 @@ fn the_package_installs_runs_as_its_unit_says_reloads_drains_and_purges() {
         got == pattern(N, 5),
         "the download through a reload is corrupted"
     );
+    // The signal handler's work (nft) ends after `kill` returns: wait for its line.
+    let t = Instant::now();
+    while !read_log().contains("configuration reloaded") && t.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(
         read_log().contains("configuration reloaded"),
-        "{}",
+        "no reload within 15 s of the signal; the log:\n{}",
         read_log()
     );
     // The example names no controller: the one the start resolved is not a change.
