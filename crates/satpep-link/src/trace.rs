@@ -182,6 +182,24 @@ impl Trace {
         (v, next.max(t))
     }
 
+    /// For step traces: the times in `[from, to]` (ns since start) at which the value falls
+    /// (a rain fade's steps down), in order.
+    pub fn drops(&self, from: f64, to: f64) -> Vec<f64> {
+        let mut out = Vec::new();
+        let (mut t, mut v) = (from, self.value_at(from));
+        loop {
+            let (_, next) = self.segment_at(t);
+            if !next.is_finite() || next > to || next <= t {
+                return out;
+            }
+            let nv = self.value_at(next);
+            if nv < v {
+                out.push(next);
+            }
+            (t, v) = (next, nv);
+        }
+    }
+
     /// The largest value anywhere in the trace.
     pub fn max(&self) -> f64 {
         self.points.iter().map(|p| p.1).fold(f64::MIN, f64::max)
@@ -228,6 +246,20 @@ mod tests {
         assert_eq!(t.segment_at(1e9), (10e6, 2e9));
         assert_eq!(t.segment_at(3e9), (5e6, f64::INFINITY));
         assert_eq!(t.value_at(1.999e9), 10e6);
+    }
+
+    #[test]
+    fn drops_are_the_steps_down_across_repeats() {
+        let t = Trace::parse(
+            "0 50Mbit\n3 25Mbit\n5 12Mbit\n7 50Mbit\n10 50Mbit\nrepeat\n",
+            Interp::Step,
+            parse_rate,
+        )
+        .unwrap();
+        assert_eq!(t.drops(0.0, 16e9), vec![3e9, 5e9, 13e9, 15e9]);
+        assert_eq!(t.drops(4e9, 14e9), vec![5e9, 13e9]);
+        let flat = Trace::parse("0 10Mbit\n", Interp::Step, parse_rate).unwrap();
+        assert!(flat.drops(0.0, 1e12).is_empty());
     }
 
     #[test]

@@ -127,6 +127,7 @@ struct sat {
 	u8 read:1;         /* this round had a queue reading of three samples or more */
 	u8 queued:1;       /* and one of them showed a quarter of the slack or more */
 	u8 start_drain:1;  /* this drain follows the start: its rate samples are the link's */
+	u8 busy_drain:1;   /* this drain follows a queue above the budget */
 };
 
 _Static_assert(sizeof(struct sat) <= 104, "struct sat must fit icsk_ca_priv");
@@ -316,6 +317,7 @@ static __always_inline void enter(struct sock *sk, struct sat *ca, u8 phase)
 	if (phase == PH_DRAIN && ca->phase != PH_DRAIN)
 		ca->cut_from = tp->snd_cwnd;
 	ca->start_drain = phase == PH_DRAIN && ca->phase == PH_STARTUP;
+	ca->busy_drain = phase == PH_DRAIN && (ca->reacted || ca->phase == PH_DRAIN);
 	ca->phase = phase;
 	ca->phase_rounds = 0;
 	ca->idle_rounds = 0;
@@ -678,22 +680,33 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 			react(sk, ca);
 		break;
 	case PH_DRAIN:
-		/* After a start, the model is the rate at which the start's segments come
-		 * back, read over the drain's first ACKs. The start ends on the first queue
-		 * above the budget, when its rate samples still describe the round before
-		 * (half the window): a drain at 0.94 x that (half the link on GEO, four runs
-		 * of four) empties the pipe as well as the queue. The kernel's samples span an
-		 * RTT of ACKs, most of them from before the link filled (60 % of it on GEO);
-		 * the start's last round, sent at twice the rate, keeps the bottleneck busy
-		 * for an RTT after the drain begins, so its ACKs come at the link's rate. */
-		if (ca->start_drain && (s32)(rs->prior_delivered - ca->drain_delivered) < 0) {
+		/* The model is the rate at which what was sent before the drain comes back,
+		 * read over the drain's first ACKs while they still show a queue (the start's
+		 * last round, sent at twice the rate, does for an RTT): the bottleneck is busy
+		 * then, so those ACKs come at the rate it serves now. (A queue just over the
+		 * budget may be a ramp's moment, behind which the link idles: read past it,
+		 * on GEO, the model fell to 72 % of the link.) The
+		 * kernel's samples span an RTT of ACKs, most of them from before: after the
+		 * start they describe the round before (60 % of GEO's link, and a drain to
+		 * half of it), after a step down in rate the faster link (a drain at a rate
+		 * the link no longer has left 60-100 ms of queue for an RTT in a fade). After
+		 * the start the reading only raises the model; after a queue it only lowers
+		 * it. */
+		if ((ca->start_drain || ca->busy_drain) &&
+		    (s32)(rs->prior_delivered - ca->drain_delivered) < 0) {
 			u32 span = (u32)tp->tcp_mstamp - ca->drain_us;
 
-			if (span >= max(RECENT_MIN_US, base_us(ca) / RECENT_SHARE)) {
+			if (span >= max(RECENT_MIN_US, base_us(ca) / RECENT_SHARE) &&
+			    (ca->start_drain ||
+			     (rtt > 0 && (u32)rtt >= base_us(ca) + slack_us(tp, ca) / 2))) {
+				u32 noise = min(ca->noise_ppm, NOISE_MAX_PPM);
 				u64 r = (u64)(tp->delivered - ca->drain_delivered) * tp->mss_cache *
 					USEC_PER_SEC / span;
 
-				if (r > ca->bw && r < 0xffffffffULL) {
+				/* Lost segments used the link too. */
+				r = r * USEC_PER_SEC / (USEC_PER_SEC - noise);
+				if (r && r < 0xffffffffULL &&
+				    (ca->start_drain ? r > ca->bw : r < ca->bw)) {
 					set_bw(ca, (u32)r);
 					tp->snd_cwnd = max(target(tp, ca), MIN_CWND);
 				}

@@ -48,6 +48,13 @@ pub struct CellResult {
     pub queue_p50: Summary,
     /// Probe: 95th percentile of the queueing delay per run, ms.
     pub queue_p95: Summary,
+    /// Probe, on a link whose forward rate steps down: the 95th percentile per run of the
+    /// queueing delay in steady state, the warm-up and the 2 s after each step down left out
+    /// (the targets' reading), ms.
+    pub queue_p95_steady: Summary,
+    /// Probe, on a link whose forward rate steps down, with targets: per run, the longest
+    /// time after a step down until the queue stayed under the targets' bound, s.
+    pub recovery_s: Summary,
     /// Cross traffic's loss per run, %.
     pub cross_loss: Summary,
     /// Competing end-to-end flow: the bulk transfer's share of the two goodputs per run, %.
@@ -112,6 +119,23 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 reference_source: reference.map(|r| r.source.clone()),
                 queue_p50: beside_summary(&mine, c.spec.warmup_s(), |q, _| percentile(q, 50.0)),
                 queue_p95: beside_summary(&mine, c.spec.warmup_s(), |q, _| percentile(q, 95.0)),
+                queue_p95_steady: after_drops(sc, c.index, &mine, |q, drops| {
+                    let w = c.spec.warmup_s();
+                    let steady: Vec<f64> = q
+                        .iter()
+                        .filter(|(t, _)| {
+                            *t >= w && !drops.iter().any(|d| (*d..d + RECOVERY_S).contains(t))
+                        })
+                        .map(|&(_, v)| v)
+                        .collect();
+                    percentile(&steady, 95.0)
+                }),
+                recovery_s: match queue_bound_ms(sc, c.index) {
+                    Some(bound) => after_drops(sc, c.index, &mine, |q, drops| {
+                        recovery(q, drops, c.spec.warmup_s(), bound)
+                    }),
+                    None => Summary::of(&[]),
+                },
                 cross_loss: beside_summary(&mine, 0.0, |_, b| {
                     b.cross_loss.map_or(f64::NAN, |l| l * 100.0)
                 }),
@@ -159,6 +183,86 @@ fn beside_summary(
         .filter(|v| v.is_finite())
         .collect();
     Summary::of(&v)
+}
+
+/// Seconds the targets give the queue to come back under their bound after the forward rate
+/// steps down (issue 14: "back there within 2 s of a rate drop").
+const RECOVERY_S: f64 = 2.0;
+
+/// The cell's base RTT: the sum of the directions' largest one-way delays, ms.
+fn base_rtt_ms(sc: &Scenario, cell: usize) -> f64 {
+    sc.cells[cell]
+        .spec
+        .link_spec()
+        .and_then(|l| l.resolve())
+        .map(|c| (c.forward.delay.max_ns() + c.ret.delay.max_ns()) as f64 / 1e6)
+        .unwrap_or(0.0)
+}
+
+/// The targets' queueing delay bound for the cell, ms, if the scenario sets targets.
+fn queue_bound_ms(sc: &Scenario, cell: usize) -> Option<f64> {
+    let t = sc.targets.as_ref()?;
+    Some(t.queue_ms.max(t.queue_share * base_rtt_ms(sc, cell)))
+}
+
+/// The times (s, on the run's clock) at which the cell's forward rate stepped down during
+/// the run; None without a forward rate trace or the link's clock.
+fn rate_drops(sc: &Scenario, cell: usize, b: &BesideRecord) -> Option<Vec<f64>> {
+    let up = b.link_uptime_s?;
+    let link = sc.cells[cell].spec.link_spec().ok()?.resolve().ok()?;
+    let satpep_link::config::RateSource::Trace(trace) = &link.forward.rate else {
+        return None;
+    };
+    let end = b.queue.last()?.0;
+    let drops = trace.drops((up + b.queue.first()?.0).max(0.0) * 1e9, (up + end) * 1e9);
+    Some(drops.into_iter().map(|d| d / 1e9 - up).collect())
+}
+
+/// `f(probe samples, rate drops)` per run of a cell whose forward rate steps down during the
+/// run, summarized; empty for other cells.
+fn after_drops(
+    sc: &Scenario,
+    cell: usize,
+    runs: &[&RunRecord],
+    f: impl Fn(&[(f64, f64)], &[f64]) -> f64,
+) -> Summary {
+    let v: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| {
+            let b = r.beside.as_ref()?;
+            let drops = rate_drops(sc, cell, b)?;
+            (!drops.is_empty()).then(|| f(&b.queue, &drops))
+        })
+        .filter(|v| v.is_finite())
+        .collect();
+    Summary::of(&v)
+}
+
+/// The longest time after a rate drop past `warmup` until the probe's queueing delay, once
+/// over `bound`, came back to it (a later blip is the steady state's), s: 0 for a drop the
+/// queue never went over, the whole span if it did not come back before the next drop (10 s
+/// at most); NaN if no drop is past the warm-up.
+fn recovery(q: &[(f64, f64)], drops: &[f64], warmup: f64, bound: f64) -> f64 {
+    let mut worst = f64::NAN;
+    for (i, &d) in drops.iter().enumerate().filter(|(_, d)| **d >= warmup) {
+        let until = drops
+            .get(i + 1)
+            .copied()
+            .unwrap_or(f64::INFINITY)
+            .min(d + 10.0);
+        let span: Vec<&(f64, f64)> = q.iter().filter(|(t, _)| *t >= d && *t < until).collect();
+        let first_over = span.iter().position(|(_, v)| *v > bound);
+        let r = match first_over {
+            None => 0.0,
+            Some(k) => span[k..]
+                .iter()
+                .find(|(_, v)| *v <= bound)
+                .or(span.last())
+                .map_or(0.0, |(t, _)| t - d),
+        };
+        worst = if worst.is_nan() { r } else { worst.max(r) };
+    }
+    worst
 }
 
 /// How a metric is printed: unit name and divisor.
@@ -458,14 +562,27 @@ fn targets_table(sc: &Scenario, part: &Part, res: &[&CellResult]) -> Option<(Str
                 parts.push(format!("{} ≥ e2e {:.1} %", mark(g >= best), best * 100.0));
             }
         }
-        if r.queue_p95.n > 0 {
-            let base_ms = sc.cells[r.cell]
-                .spec
-                .link_spec()
-                .and_then(|l| l.resolve())
-                .map(|c| (c.forward.delay.max_ns() + c.ret.delay.max_ns()) as f64 / 1e6)
-                .unwrap_or(0.0);
-            let bound = t.queue_ms.max(t.queue_share * base_ms);
+        let bound = queue_bound_ms(sc, r.cell).unwrap_or(f64::INFINITY);
+        if r.queue_p95_steady.n > 0 {
+            // The forward rate steps down: the queue is judged in steady state and by how
+            // soon it comes back after each step.
+            let q = r.queue_p95_steady.mean;
+            parts.push(format!(
+                "{} q95 steady {:.0} ≤ {:.0} ms",
+                mark(q <= bound),
+                q,
+                bound
+            ));
+            if r.recovery_s.n > 0 {
+                let b = r.recovery_s.mean;
+                parts.push(format!(
+                    "{} back in {:.1} ≤ {:.0} s",
+                    mark(b <= RECOVERY_S),
+                    b,
+                    RECOVERY_S
+                ));
+            }
+        } else if r.queue_p95.n > 0 {
             let q = r.queue_p95.mean;
             parts.push(format!(
                 "{} q95 {:.0} ≤ {:.0} ms",
@@ -478,11 +595,13 @@ fn targets_table(sc: &Scenario, part: &Part, res: &[&CellResult]) -> Option<(Str
     });
     Some((
         format!(
-            "targets: goodput ≥ {:.0} % of the limit and ≥ the best end-to-end ({}); queueing delay p95 ≤ max({:.0} ms, {:.0} % of the base RTT)",
+            "targets: goodput ≥ {:.0} % of the limit and ≥ the best end-to-end ({}); queueing delay p95 ≤ max({:.0} ms, {:.0} % of the base RTT), where the forward rate steps down in steady state (the {:.0} s after each step left out) and back under it within those {:.0} s (worst step per run)",
             t.goodput * 100.0,
             t.end_to_end.join(", "),
             t.queue_ms,
-            t.queue_share * 100.0
+            t.queue_share * 100.0,
+            RECOVERY_S,
+            RECOVERY_S
         ),
         table,
     ))
@@ -992,6 +1111,33 @@ fn opt(v: Option<f64>) -> String {
 mod tests {
     use super::*;
     use crate::scenario::traffic::RunRecord;
+
+    #[test]
+    fn recovery_is_the_last_sample_over_the_bound_after_each_drop() {
+        // A probe every 0.1 s; the rate drops at 6 s and 12 s; warm-up 5 s; bound 50 ms.
+        let q: Vec<(f64, f64)> = (0..200)
+            .map(|i| {
+                let t = i as f64 / 10.0;
+                let v = if (6.5..7.8).contains(&t) || (12.5..15.2).contains(&t) || t == 9.0 {
+                    300.0
+                } else {
+                    10.0
+                };
+                (t, v)
+            })
+            .collect();
+        let r = recovery(&q, &[6.0, 12.0], 5.0, 50.0);
+        assert!((r - 3.2).abs() < 1e-6, "{r}");
+        // Only the first drop: the queue was back 1.8 s after it; the blip at 9 s is the
+        // steady state's.
+        let r = recovery(&q[..100], &[6.0], 5.0, 50.0);
+        assert!((r - 1.8).abs() < 1e-6, "{r}");
+        // Not back before the samples end: the whole span.
+        let r = recovery(&q[..140], &[12.0], 5.0, 50.0);
+        assert!((r - 1.9).abs() < 1e-6, "{r}");
+        // A drop before the warm-up ends is not judged; none left is no figure.
+        assert!(recovery(&q, &[3.0], 5.0, 50.0).is_nan());
+    }
 
     fn rec(cell: usize, repetition: u32, v: f64) -> RunRecord {
         RunRecord {
