@@ -563,32 +563,30 @@ fn targets_table(sc: &Scenario, part: &Part, res: &[&CellResult]) -> Option<(Str
             }
         }
         let bound = queue_bound_ms(sc, r.cell).unwrap_or(f64::INFINITY);
-        if r.queue_p95_steady.n > 0 {
-            // The forward rate steps down: the queue is judged in steady state and by how
-            // soon it comes back after each step.
-            let q = r.queue_p95_steady.mean;
+        // Where the forward rate steps down, the queue is judged in steady state and by how
+        // soon it comes back after each step.
+        let steady = r.queue_p95_steady.n > 0;
+        let q95 = if steady {
+            &r.queue_p95_steady
+        } else {
+            &r.queue_p95
+        };
+        if q95.n > 0 {
             parts.push(format!(
-                "{} q95 steady {:.0} ≤ {:.0} ms",
-                mark(q <= bound),
-                q,
+                "{} q95{} {:.0} ≤ {:.0} ms",
+                mark(q95.mean <= bound),
+                if steady { " steady" } else { "" },
+                q95.mean,
                 bound
             ));
-            if r.recovery_s.n > 0 {
-                let b = r.recovery_s.mean;
-                parts.push(format!(
-                    "{} back in {:.1} ≤ {:.0} s",
-                    mark(b <= RECOVERY_S),
-                    b,
-                    RECOVERY_S
-                ));
-            }
-        } else if r.queue_p95.n > 0 {
-            let q = r.queue_p95.mean;
+        }
+        if steady && r.recovery_s.n > 0 {
+            let b = r.recovery_s.mean;
             parts.push(format!(
-                "{} q95 {:.0} ≤ {:.0} ms",
-                mark(q <= bound),
-                q,
-                bound
+                "{} back in {:.1} ≤ {:.0} s",
+                mark(b <= RECOVERY_S),
+                b,
+                RECOVERY_S
             ));
         }
         parts.join(" · ")
