@@ -119,23 +119,19 @@ fn split_drains_the_queue_each_step_of_a_rain_fade_builds_within_two_seconds() {
     // The probe samples from 1.4 to 1.7 s after each step down: the queue the step built
     // (one RTT before it shows) should be drained by then. The probe's reply crosses the
     // forward queue about 0.3 s after it is sent, so the next step shows from 1.7 s on.
-    let mut steps = std::collections::BTreeSet::new();
+    // From 6 s on: the start's overshoot is drained by then, and the ~37 s of probing left
+    // hold a whole 30 s fade cycle, three steps down.
+    let end = b.queue.last().unwrap().0;
+    let steps: Vec<f64> = satpep_link::presets::rain_fade_trace()
+        .drops((u0 + 6.0) * 1e9, (u0 + end - 1.7) * 1e9)
+        .into_iter()
+        .map(|d| d / 1e9 - u0)
+        .collect();
     let late: Vec<f64> = b
         .queue
         .iter()
-        // From 6 s on: the start's overshoot is drained by then, and the ~37 s of probing
-        // left hold a whole 30 s fade cycle, three steps down.
-        .filter(|(t, _)| *t >= 6.0)
-        .filter_map(|&(t, q)| {
-            let local = (u0 + t) % 30.0;
-            [8.0, 10.0, 12.0]
-                .iter()
-                .find(|d| (*d + 1.4..*d + 1.7).contains(&local))
-                .map(|d| {
-                    steps.insert(((u0 + t - local) as i64, *d as i64));
-                    q
-                })
-        })
+        .filter(|(t, _)| steps.iter().any(|d| (d + 1.4..d + 1.7).contains(t)))
+        .map(|&(_, q)| q)
         .collect();
     assert!(steps.len() >= 3, "{} steps down in the run", steps.len());
     let q = percentile(&late, 50.0);

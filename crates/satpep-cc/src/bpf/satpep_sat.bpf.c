@@ -13,13 +13,15 @@
  *
  * Start: 32 segments, doubling every round until the RTT shows a queue above the budget
  * (slack + max(15 ms, base RTT / 20)) or the rate stops growing by a quarter for three full
- * rounds. The drain after it reads the rate at which the start's last round comes back. The queue is read as the lowest RTT of the last max(10 ms, base RTT / 8), from at
+ * rounds. The queue is read as the lowest RTT of the last max(10 ms, base RTT / 8), from at
  * least three samples, so one late ACK is no queue.
  *
  * Rate drops (a fade, other traffic): a queue above the budget means the link serves less
  * than the model. The rate becomes window / (base RTT + queue) (Vegas's and FAST TCP's
  * reading), or the delivery rate if lower, and one round at 0.94 x rate x base RTT drains
- * the queue. A queue left after the drain cuts the rate again.
+ * the queue. In that drain (and the one after the start) the rate is read again from the
+ * ACKs of what was sent before it, which the busy bottleneck serves at its rate now. A queue
+ * left after the drain cuts the rate again.
  *
  * Rate rises: every 4 rounds the window probes half a slack above the model; room found
  * doubles the probe, three in a row (or two full windows in which no queue reading showed a
@@ -31,8 +33,7 @@
  * grows as CUBIC's (the hosts' default, so the two share the buffer as two CUBIC senders do),
  * from the window before the drains' cuts, backs off by 0.85 at a loss with a queue (a loss
  * at the floor leaves the curve going), and holds at least half of the link's rate (as
- * measured before) over the RTT now. After 20 s a
- * drain tests whether the competitor left.
+ * measured before) over the RTT now. After 20 s a drain tests whether the competitor left.
  *
  * Losses without a queue are the channel's noise: repaired by the kernel, no slow down.
  * Unlike the tunnel's, this one does not detect a buffer shallower than its budget.
@@ -685,13 +686,12 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 		 * last round, sent at twice the rate, does for an RTT): the bottleneck is busy
 		 * then, so those ACKs come at the rate it serves now. (A queue just over the
 		 * budget may be a ramp's moment, behind which the link idles: read past it,
-		 * on GEO, the model fell to 72 % of the link.) The
-		 * kernel's samples span an RTT of ACKs, most of them from before: after the
-		 * start they describe the round before (60 % of GEO's link, and a drain to
-		 * half of it), after a step down in rate the faster link (a drain at a rate
-		 * the link no longer has left 60-100 ms of queue for an RTT in a fade). After
-		 * the start the reading only raises the model; after a queue it only lowers
-		 * it. */
+		 * on GEO, the model fell to 72 % of the link.) The kernel's samples span an
+		 * RTT of ACKs, most of them from before: after the start they describe the
+		 * round before (60 % of GEO's link, and a drain to half of it), after a step
+		 * down in rate the faster link (a drain at a rate the link no longer has left
+		 * 60-100 ms of queue for an RTT in a fade). After the start the reading only
+		 * raises the model; after a queue it only lowers it. */
 		if ((ca->start_drain || ca->busy_drain) &&
 		    (s32)(rs->prior_delivered - ca->drain_delivered) < 0) {
 			u32 span = (u32)tp->tcp_mstamp - ca->drain_us;

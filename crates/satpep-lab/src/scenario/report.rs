@@ -53,7 +53,8 @@ pub struct CellResult {
     /// (the targets' reading), ms.
     pub queue_p95_steady: Summary,
     /// Probe, on a link whose forward rate steps down, with targets: per run, the longest
-    /// time after a step down until the queue stayed under the targets' bound, s.
+    /// time after a step down until the queue, once over the targets' bound, came back under
+    /// it, s.
     pub recovery_s: Summary,
     /// Cross traffic's loss per run, %.
     pub cross_loss: Summary,
