@@ -37,7 +37,7 @@ fn the_tunnel_told_nothing_fills_a_geo_link() {
     require_root();
     let rec = run_cell(
         "geo",
-        "name = \"fgeo\"\nduration = \"25s\"\nwarmup = \"8s\"\n[link]\npreset = \"geo\"\n\
+        "name = \"fgeo\"\nduration = \"35s\"\nwarmup = \"12s\"\n[link]\npreset = \"geo\"\n\
          [pep]\nmode = \"tunnel\"\n[traffic]\nprobe = true\n",
     );
     assert!(rec.errors.is_empty(), "{:?}", rec.errors);
@@ -46,15 +46,19 @@ fn the_tunnel_told_nothing_fills_a_geo_link() {
     // reached 55 % of this link (at BER 1e-6) in the field benchmark.
     assert!(util >= 0.90, "{:.1} % of the limit", util * 100.0);
     let b = rec.beside.unwrap();
-    let q = percentile(&b.queue_after(8.0), 95.0);
+    let after = b.queue_after(12.0);
+    let q = percentile(&after, 95.0);
+    let high: Vec<(f64, f64)> = b.queue.iter().filter(|s| s.1 > 100.0).copied().collect();
     eprintln!(
-        "geo: {:.1} % of the limit, queue p95 {q:.1} ms",
+        "geo: {:.1} % of the limit, queue p95 {q:.1} ms; samples over 100 ms (s, ms): {high:?}",
         util * 100.0
     );
-    // The issue's target is 10 % of the base RTT, 56 ms. Since the probe counts from the
-    // first data (it counted from iperf3's launch, 3.4 s earlier), five runs: 37, 42 and 44
-    // ms here, one CI run under 56 and one at 88. The bound catches a standing queue (the old
-    // controller's, or BBR v1's ~560 ms), not one run's late probe.
+    // The issue's target is 10 % of the base RTT, 56 ms. A new tunnel's start doubles its
+    // window until the queue shows, a round late: the buffer fills (560 ms) and drains
+    // within about a second, 4.1-5.0 s after the first data in five runs here. In 25 s with
+    // 8 s of warm-up one CI run read 121.9 ms (fewer samples: one later excursion weighs
+    // more); five runs here of this 35 s form read 94.3-95.1 % and 36-45 ms. The bound
+    // catches a standing queue (BBR v1 keeps ~560 ms on this link), not one excursion.
     assert!(
         q <= 100.0,
         "queueing delay p95 {q:.1} ms (target: 10 % of 560 ms)"
