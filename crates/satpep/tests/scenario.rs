@@ -267,6 +267,20 @@ fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
     assert!(runs
         .iter()
         .any(|r| r["sockets"].as_array().is_some_and(|s| !s.is_empty())));
+    // Every run says which build, kernel and time measured it; the report opens with it.
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    for r in runs {
+        let p = &r["provenance"];
+        assert_eq!(p["kernel"], kernel.trim(), "{p}");
+        assert_eq!(p["satpep"], env!("CARGO_PKG_VERSION"), "{p}");
+        assert!(
+            p["started"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{p}"
+        );
+    }
+    let setups = j["provenance"]["setups"].as_array().unwrap();
+    assert_eq!(setups.len(), 1, "one build measured every run: {setups:?}");
+    assert_eq!(setups[0][1], runs.len());
 
     for f in [
         "report.md",
@@ -286,6 +300,13 @@ fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
         assert!(m.len() > 0, "{f} is empty");
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains(&format!(
+            "Measured with satpep {} (commit ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "no provenance in the report:\n{md}"
+    );
     assert!(
         md.contains("(doc 12.3)"),
         "the reference is not beside ours:\n{md}"

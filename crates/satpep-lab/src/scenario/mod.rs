@@ -6,6 +6,7 @@ pub mod beside;
 pub mod hosts;
 pub mod plot;
 pub mod presets;
+pub mod provenance;
 pub mod report;
 pub mod runner;
 pub mod spec;

@@ -783,6 +783,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
     w("series.csv", csv)?;
     w("sockets.csv", sock)?;
     let metrics: Vec<Metric> = (0..sc.parts.len()).map(|p| sc.metric(p)).collect();
+    let provenance = super::provenance::summarize(runs.iter().map(|r| r.provenance.as_ref()));
     w(
         "results.json",
         serde_json::to_string_pretty(&serde_json::json!({
@@ -790,6 +791,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
                 "name": sc.name, "title": sc.title, "reproduces": sc.reproduces,
                 "parts": sc.parts, "metrics": metrics,
             },
+            "provenance": provenance,
             "cells": res,
             "runs": runs,
         }))
@@ -822,6 +824,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
             String::new()
         }
     );
+    let _ = writeln!(intro, "{}\n", provenance.sentence());
     if let Some(n) = &sc.notes {
         let _ = writeln!(intro, "{}\n", n.trim());
     }
@@ -1154,6 +1157,7 @@ mod tests {
             link: Default::default(),
             beside: None,
             limit_bps: None,
+            provenance: None,
         }
     }
 

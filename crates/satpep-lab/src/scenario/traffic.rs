@@ -108,6 +108,9 @@ pub struct RunRecord {
     /// Bulk: the physical limit over the measured span, bit/s (a rate trace's mean rate).
     #[serde(default)]
     pub limit_bps: Option<f64>,
+    /// The build and machine that measured it, and when (absent in older records).
+    #[serde(default)]
+    pub provenance: Option<super::provenance::Provenance>,
 }
 
 /// Jain's fairness index of `x`: 1 when all are equal, 1/n when one takes everything.
@@ -358,6 +361,7 @@ pub fn run_once(
         link: LinkDelta::default(),
         beside: None,
         limit_bps: None,
+        provenance: Some(super::provenance::Provenance::here()),
     };
     let before = lab.link_stats().ok();
     let t = &spec.traffic;
