@@ -3,7 +3,7 @@
 
 use super::beside::{percentile, BesideRecord};
 use super::plot::{write_line_plot, write_stacked_svg, Line, LinePlot};
-use super::spec::{Metric, Part, Scenario};
+use super::spec::{CellSpec, Metric, Part, Scenario};
 use super::stats::Summary;
 use super::traffic::RunRecord;
 use serde::Serialize;
@@ -157,8 +157,13 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
 }
 
 /// The congestion controls the satellite-leg sender's sockets ran in a run, the most sampled
-/// first, joined by `+` (empty when none was sampled).
-pub fn leg_cc(samples: &[crate::scenario::traffic::SocketSample]) -> String {
+/// first, joined by `+` (empty when none was sampled); in tunnel mode the tunnel's controller.
+pub fn leg_cc(spec: &CellSpec, samples: &[crate::scenario::traffic::SocketSample]) -> String {
+    // The tunnel's hop is QUIC, which ss does not see: the sampled socket is the server's
+    // terrestrial TCP sender, so its controller is not the satellite leg's.
+    if spec.pep.mode == "tunnel" {
+        return format!("tunnel {}", spec.pep.cc.as_deref().unwrap_or("satellite"));
+    }
     let mut n: std::collections::BTreeMap<&str, usize> = Default::default();
     for s in samples.iter().filter(|s| !s.cc.is_empty()) {
         *n.entry(s.cc.as_str()).or_default() += 1;
@@ -737,7 +742,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
             opt(r.utilization),
             opt(r.jain),
             r.leg_retransmits,
-            leg_cc(&r.sockets),
+            leg_cc(&c.spec, &r.sockets),
             r.failures,
             r.errors.join("; ").replace('"', "'")
         );
@@ -1159,6 +1164,43 @@ mod tests {
             limit_bps: None,
             provenance: None,
         }
+    }
+
+    #[test]
+    fn the_leg_controller_is_what_ss_saw_except_in_the_tunnel() {
+        let sc = Scenario::parse(
+            r#"
+name = "legs"
+duration = "5s"
+[link]
+both = { rate = "10Mbit", delay = "10ms" }
+[[config]]
+name = "split"
+pep = { mode = "split" }
+[[config]]
+name = "tunnel"
+pep = { mode = "tunnel" }
+[[config]]
+name = "tunnel hybla"
+pep = { mode = "tunnel", cc = "hybla" }
+"#,
+            false,
+        )
+        .unwrap();
+        let sample = |cc: &str| crate::scenario::traffic::SocketSample {
+            t: 0.0,
+            flow: 0,
+            cwnd: 10,
+            rtt_ms: 20.0,
+            retrans: 0,
+            cc: cc.into(),
+        };
+        let seen = [sample("bbr"), sample("satpep_sat"), sample("satpep_sat")];
+        assert_eq!(leg_cc(&sc.cells[0].spec, &seen), "satpep_sat+bbr");
+        assert_eq!(leg_cc(&sc.cells[0].spec, &[]), "");
+        // The server's terrestrial TCP is what ss sees in tunnel mode; the hop is QUIC.
+        assert_eq!(leg_cc(&sc.cells[1].spec, &seen), "tunnel satellite");
+        assert_eq!(leg_cc(&sc.cells[2].spec, &seen), "tunnel hybla");
     }
 
     #[test]

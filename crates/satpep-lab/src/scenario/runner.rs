@@ -215,7 +215,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             };
             // What the satellite leg actually ran (a controller that cannot load is
             // replaced, with only a warning in the proxy's log).
-            let cc = super::report::leg_cc(&rec.sockets);
+            let cc = super::report::leg_cc(&cell.spec, &rec.sockets);
             if !cc.is_empty() {
                 summary.push_str(&format!(", leg on {cc}"));
             }
