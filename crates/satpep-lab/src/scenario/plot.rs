@@ -56,8 +56,19 @@ pub struct LinePlot {
     pub log_y: bool,
     /// Category names at x = 0, 1, … instead of numbers.
     pub categories: Vec<String>,
-    /// Draw points without joining lines.
-    pub points_only: bool,
+    /// Grouped bars instead of lines: one group per category, one bar per line (its error
+    /// bar on top, its reference as a cross at the bar's centre). For comparisons of cells,
+    /// where a line between two categories would mean nothing.
+    pub bars: bool,
+    /// Per category (x, y): the physical limit, drawn as a dashed line across the group.
+    pub limits: Vec<(f64, f64)>,
+}
+
+/// Where line `i` of `n` sits in its category's group of bars, as an offset from the
+/// category's centre, and the bar's width.
+fn bar_slot(i: usize, n: usize) -> (f64, f64) {
+    let w = 0.8 / n.max(1) as f64;
+    (-0.4 + w * (i as f64 + 0.5), w)
 }
 
 fn pow_label(v: f64, log: bool) -> String {
@@ -119,15 +130,20 @@ fn draw_lines<DB: DrawingBackend>(
     } else {
         (-0.5, p.categories.len() as f64 - 0.5)
     };
-    let ys = p.lines.iter().flat_map(|l| {
-        l.points
-            .iter()
-            .flat_map(|q| [q.1 - q.2, q.1 + q.2])
-            .chain(l.reference.iter().map(|q| q.1))
-    });
+    let ys = p
+        .lines
+        .iter()
+        .flat_map(|l| {
+            l.points
+                .iter()
+                .flat_map(|q| [q.1 - q.2, q.1 + q.2])
+                .chain(l.reference.iter().map(|q| q.1))
+        })
+        .chain(p.limits.iter().map(|q| q.1));
     let (y0, mut y1) = range(ys, !p.log_y);
     // Headroom for the legend in the upper right corner.
-    y1 += (y1 - y0) * 0.04 * (p.lines.len().min(8) as f64 + 1.0);
+    let entries = p.lines.len() + usize::from(!p.limits.is_empty());
+    y1 += (y1 - y0) * 0.04 * (entries.min(9) as f64 + 1.0);
     let cats = p.categories.clone();
     let (log_x, log_y) = (p.log_x, p.log_y);
     let x_fmt = move |v: &f64| -> String {
@@ -160,10 +176,13 @@ fn draw_lines<DB: DrawingBackend>(
         mesh.x_labels(p.categories.len() * 2 + 1);
     }
     mesh.draw().map_err(e)?;
-    for (i, l) in p.lines.iter().enumerate() {
+    if p.bars {
+        draw_bars(&mut chart, p, y0).map_err(e)?;
+    }
+    for (i, l) in p.lines.iter().enumerate().filter(|_| !p.bars) {
         let c = Palette99::pick(i).to_rgba();
         let pts: Vec<(f64, f64)> = l.points.iter().map(|q| (q.0, q.1)).collect();
-        let joined = if p.points_only { vec![] } else { pts.clone() };
+        let joined = pts.clone();
         chart
             .draw_series(LineSeries::new(joined, c.stroke_width(2)))
             .map_err(e)?
@@ -199,6 +218,52 @@ fn draw_lines<DB: DrawingBackend>(
     Ok(())
 }
 
+/// The bars of a [`LinePlot`] with `bars` set, from `base` (the axis' bottom) up, and the
+/// physical limits; the legend names each configuration and the limit.
+fn draw_bars<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    p: &LinePlot,
+    base: f64,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let n = p.lines.len();
+    for (i, l) in p.lines.iter().enumerate() {
+        let c = Palette99::pick(i).to_rgba();
+        let (off, w) = bar_slot(i, n);
+        chart
+            .draw_series(l.points.iter().map(|&(x, y, _)| {
+                let x = x + off;
+                Rectangle::new([(x - w * 0.45, base), (x + w * 0.45, y)], c.mix(0.75).filled())
+            }))?
+            .label(&l.name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.filled()));
+        chart.draw_series(
+            l.points
+                .iter()
+                .filter(|q| q.2 > 0.0)
+                .map(|&(x, y, d)| ErrorBar::new_vertical(x + off, y - d, y, y + d, BLACK, 6)),
+        )?;
+        chart.draw_series(
+            l.reference
+                .iter()
+                .map(|&(x, y)| Cross::new((x + off, y), 6, BLACK.stroke_width(2))),
+        )?;
+    }
+    if !p.limits.is_empty() {
+        let dashes = |&(x, y): &(f64, f64)| {
+            // Dashes across the group: plotters 0.3 has no dashed style for a path.
+            (0..8).map(move |k| {
+                let a = x - 0.45 + 0.9 * k as f64 / 8.0;
+                PathElement::new(vec![(a, y), (a + 0.9 / 16.0, y)], BLACK.stroke_width(2))
+            })
+        };
+        chart
+            .draw_series(p.limits.iter().flat_map(dashes))?
+            .label("physical limit")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+    }
+    Ok(())
+}
+
 /// Writes `p` as `base.svg` and `base.png`.
 pub fn write_line_plot(base: &Path, p: &LinePlot, size: (u32, u32)) -> Result<(), String> {
     init_font()?;
@@ -230,6 +295,74 @@ pub fn write_stacked_svg(base: &Path, plots: &[LinePlot], size: (u32, u32)) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pixels of `rgb` within 3 of `c` blended at `alpha` over white.
+    fn count(rgb: &[u8], c: RGBColor, alpha: f64) -> usize {
+        let want = [c.0, c.1, c.2].map(|v| alpha * v as f64 + (1.0 - alpha) * 255.0);
+        rgb.chunks(3)
+            .filter(|p| (0..3).all(|i| (p[i] as f64 - want[i]).abs() <= 3.0))
+            .count()
+    }
+
+    #[test]
+    fn bars_are_as_tall_as_their_values_with_the_limit_across_each_group() {
+        let bars = |n: &str, v: [f64; 3]| Line {
+            name: n.into(),
+            points: v.iter().enumerate().map(|(i, &y)| (i as f64, y, 0.5)).collect(),
+            reference: vec![],
+        };
+        let p = LinePlot {
+            title: "bars".into(),
+            categories: vec!["GEO".into(), "LEO".into(), "T1".into()],
+            lines: vec![bars("a", [2.0, 4.0, 6.0]), bars("b", [8.0, 8.0, 8.0])],
+            bars: true,
+            limits: vec![(0.0, 10.0), (1.0, 10.0), (2.0, 10.0)],
+            ..Default::default()
+        };
+        init_font().unwrap();
+        let (w, h) = (600u32, 400u32);
+        let render = |p: &LinePlot| {
+            let mut rgb = vec![0u8; (w * h * 3) as usize];
+            {
+                let area = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
+                draw_lines(&area, p).unwrap();
+                area.present().unwrap();
+            }
+            rgb
+        };
+        let rgb = render(&p);
+        let (a, b) = (
+            count(&rgb, Palette99::pick(0).to_rgba().rgb(), 0.75),
+            count(&rgb, Palette99::pick(1).to_rgba().rgb(), 0.75),
+        );
+        // Equal widths: the areas go as the heights, 12 against 24 (less the legend).
+        assert!(a > 1000 && b > 1000, "{a} {b}");
+        let ratio = b as f64 / a as f64;
+        assert!((1.6..2.4).contains(&ratio), "bar areas {a} and {b}");
+        // The limit's dashes: black in the plot's left part (the legend is on the right),
+        // beyond what the same plot without limits has there (axes, labels).
+        let black_left = |rgb: &[u8]| {
+            rgb.chunks(3 * w as usize)
+                .flat_map(|row| row.chunks(3).take(w as usize * 6 / 10))
+                .filter(|p| p.iter().all(|&v| v < 40))
+                .count()
+        };
+        let without = LinePlot {
+            limits: vec![],
+            ..p.clone()
+        };
+        let extra = black_left(&rgb) as i64 - black_left(&render(&without)) as i64;
+        assert!(extra > 100, "no dashed limit drawn ({extra} black pixels more)");
+        // And both kinds of file are written.
+        let base = std::env::temp_dir().join(format!("satpep-bars-{}", std::process::id()));
+        write_line_plot(&base, &p, (w, h)).unwrap();
+        let png = std::fs::read(base.with_extension("png")).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
+        let svg = std::fs::read_to_string(base.with_extension("svg")).unwrap();
+        assert!(svg.contains("physical limit") && svg.contains("<rect"), "{svg}");
+        let _ = std::fs::remove_file(base.with_extension("png"));
+        let _ = std::fs::remove_file(base.with_extension("svg"));
+    }
 
     #[test]
     fn stacked_panels_are_all_drawn() {

@@ -40,6 +40,9 @@ pub struct CellResult {
     pub queue_drops: Summary,
     /// Failed transfers over all runs.
     pub failures: u32,
+    /// Bulk: the physical limit, bit/s, the mean over the runs (a rate trace's mean over the
+    /// measured span; beside UDP, what the UDP leaves).
+    pub limit_bps: Option<f64>,
     /// The document's figure, if any.
     pub reference: Option<f64>,
     /// Where the document's figure comes from.
@@ -89,6 +92,10 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 utilization: Summary::of(&util),
                 jain: Summary::of(&jain),
                 leg_retransmits: Summary::of(&retr),
+                limit_bps: {
+                    let v: Vec<f64> = mine.iter().filter_map(|r| r.limit_bps).collect();
+                    (!v.is_empty()).then(|| Summary::of(&v).mean)
+                },
                 flow_goodputs: {
                     let n = mine.iter().map(|r| r.flows.len()).max().unwrap_or(0);
                     (0..n)
@@ -437,12 +444,14 @@ fn x_of(v: &Value, log: bool) -> Option<f64> {
 
 /// The main plot: metric against the first axis, one line per configuration (and value of
 /// the other axes); or, without axes, one point per configuration.
+#[allow(clippy::too_many_arguments)]
 fn metric_plot(
     sc: &Scenario,
     part: &Part,
     res: &[&CellResult],
     y: &dyn Fn(&CellResult) -> (f64, f64),
     reference: bool,
+    limits: bool,
     title: &str,
     y_label: &str,
 ) -> LinePlot {
@@ -451,9 +460,28 @@ fn metric_plot(
         y_label: y_label.into(),
         ..Default::default()
     };
+    // `y` of a cell whose metric were `v` (a document's figure, a physical limit).
+    let y_of = |r: &CellResult, v: f64| {
+        y(&CellResult {
+            metric: Summary {
+                n: 1,
+                mean: v,
+                sd: 0.0,
+                ci95: 0.0,
+            },
+            ..r.clone()
+        })
+        .0
+    };
+    // The physical limit at x: the mean over the cells drawn there.
+    let limit_at = |cells: &[&&CellResult], x: f64| -> Option<(f64, f64)> {
+        let v: Vec<f64> = cells.iter().filter_map(|r| r.limit_bps).collect();
+        let r = cells.first()?;
+        (limits && !v.is_empty()).then(|| (x, y_of(r, Summary::of(&v).mean)))
+    };
     let Some(axis) = part.axes.first() else {
         p.categories = part.configs.clone();
-        p.points_only = true;
+        p.bars = true;
         p.x_label = "configuration".into();
         let mut ours = Line {
             name: "satpep lab".into(),
@@ -464,20 +492,9 @@ fn metric_plot(
                 let (m, d) = y(r);
                 ours.points.push((i as f64, m, d));
                 if let (true, Some(v)) = (reference, r.reference) {
-                    ours.reference.push((
-                        i as f64,
-                        y(&CellResult {
-                            metric: Summary {
-                                n: 1,
-                                mean: v,
-                                sd: 0.0,
-                                ci95: 0.0,
-                            },
-                            ..(*r).clone()
-                        })
-                        .0,
-                    ));
+                    ours.reference.push((i as f64, y_of(r, v)));
                 }
+                p.limits.extend(limit_at(&[r], i as f64));
             }
         }
         p.lines.push(ours);
@@ -487,7 +504,14 @@ fn metric_plot(
     let numeric = axis.values.iter().all(|v| x_of(v, axis.log).is_some());
     p.log_x = numeric && axis.log;
     if !numeric {
+        // Named points (links, modes): bars, grouped by point, one per configuration.
         p.categories = axis.values.iter().map(|v| axis.show(v)).collect();
+        p.bars = true;
+        for (i, v) in axis.values.iter().enumerate() {
+            let here: Vec<&&CellResult> =
+                res.iter().filter(|r| sc.cells[r.cell].point[0] == *v).collect();
+            p.limits.extend(limit_at(&here, i as f64));
+        }
     }
     let xpos = |cell: usize| -> f64 {
         let v = &sc.cells[cell].point[0];
@@ -523,16 +547,7 @@ fn metric_plot(
                 line.points.push((xpos(r.cell), m, d));
             }
             if let (true, Some(v)) = (reference, r.reference) {
-                let fake = CellResult {
-                    metric: Summary {
-                        n: 1,
-                        mean: v,
-                        sd: 0.0,
-                        ci95: 0.0,
-                    },
-                    ..(*r).clone()
-                };
-                line.reference.push((xpos(r.cell), y(&fake).0));
+                line.reference.push((xpos(r.cell), y_of(r, v)));
             }
         }
         p.lines.push(line);
@@ -909,21 +924,32 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
                 }
             },
             true,
-            &format!(
-                "{} by {}: ours{}",
-                metric.heading(),
-                part.axes
-                    .first()
-                    .map_or("configuration".to_string(), |a| a.label()),
-                if part.references.is_empty() {
-                    ""
-                } else {
-                    " (dots, 95 % CI), the document's (×)"
-                }
-            ),
+            metric == Metric::Goodput,
+            "",
             &ylab,
         );
         mp.log_y = log_y;
+        let mut notes = vec![if mp.bars { "bars" } else { "dots" }];
+        // (A symmetric bar in log space would misstate the interval: the tables give it.)
+        notes.push(if log_y {
+            "log axis, intervals in the tables"
+        } else {
+            "95 % CI"
+        });
+        if !mp.limits.is_empty() {
+            notes.push("dashes: the physical limit");
+        }
+        if !part.references.is_empty() {
+            notes.push("×: the document's");
+        }
+        mp.title = format!(
+            "{} by {}: ours ({})",
+            metric.heading(),
+            part.axes
+                .first()
+                .map_or("configuration".to_string(), |a| a.label()),
+            notes.join("; ")
+        );
         let mut plots = Vec::new();
         let file = format!("metric-{}", part.name);
         match write_line_plot(&out.join(&file), &mp, (960, 560)) {
@@ -939,6 +965,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
                 part,
                 &pres,
                 &|r| (r.jain.mean, 0.0),
+                false,
                 false,
                 &format!("{}: Jain's fairness index", part.title),
                 "Jain index",
