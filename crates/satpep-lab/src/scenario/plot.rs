@@ -60,8 +60,10 @@ pub struct LinePlot {
     /// bar on top, its reference as a cross at the bar's centre). For comparisons of cells,
     /// where a line between two categories would mean nothing.
     pub bars: bool,
-    /// Per category (x, y): the physical limit, drawn as a dashed line across the group.
-    pub limits: Vec<(f64, f64)>,
+    /// With `bars`, (line, x, y): the physical limit of that line's bar at x, dashed across
+    /// the bar (cells of one category can have different limits: a rate trace's mean over
+    /// each run's span).
+    pub limits: Vec<(usize, f64, f64)>,
 }
 
 /// Where line `i` of `n` sits in its category's group of bars, as an offset from the
@@ -139,7 +141,7 @@ fn draw_lines<DB: DrawingBackend>(
                 .flat_map(|q| [q.1 - q.2, q.1 + q.2])
                 .chain(l.reference.iter().map(|q| q.1))
         })
-        .chain(p.limits.iter().map(|q| q.1));
+        .chain(p.limits.iter().map(|q| q.2));
     let (y0, mut y1) = range(ys, !p.log_y);
     // Headroom for the legend in the upper right corner.
     let entries = p.lines.len() + usize::from(!p.limits.is_empty());
@@ -221,7 +223,11 @@ fn draw_lines<DB: DrawingBackend>(
 /// The bars of a [`LinePlot`] with `bars` set, from `base` (the axis' bottom) up, and the
 /// physical limits; the legend names each configuration and the limit.
 fn draw_bars<DB: DrawingBackend>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
     p: &LinePlot,
     base: f64,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
@@ -232,7 +238,10 @@ fn draw_bars<DB: DrawingBackend>(
         chart
             .draw_series(l.points.iter().map(|&(x, y, _)| {
                 let x = x + off;
-                Rectangle::new([(x - w * 0.45, base), (x + w * 0.45, y)], c.mix(0.75).filled())
+                Rectangle::new(
+                    [(x - w * 0.45, base), (x + w * 0.45, y)],
+                    c.mix(0.75).filled(),
+                )
             }))?
             .label(&l.name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.filled()));
@@ -249,11 +258,13 @@ fn draw_bars<DB: DrawingBackend>(
         )?;
     }
     if !p.limits.is_empty() {
-        let dashes = |&(x, y): &(f64, f64)| {
-            // Dashes across the group: plotters 0.3 has no dashed style for a path.
-            (0..8).map(move |k| {
-                let a = x - 0.45 + 0.9 * k as f64 / 8.0;
-                PathElement::new(vec![(a, y), (a + 0.9 / 16.0, y)], BLACK.stroke_width(2))
+        let dashes = |&(i, x, y): &(usize, f64, f64)| {
+            // Three dashes across the bar: plotters 0.3 has no dashed style for a path.
+            let (off, w) = bar_slot(i, n);
+            let left = x + off - w * 0.5;
+            (0..3).map(move |k| {
+                let a = left + w * (0.1 + 0.3 * k as f64);
+                PathElement::new(vec![(a, y), (a + w * 0.2, y)], BLACK.stroke_width(2))
             })
         };
         chart
@@ -297,7 +308,7 @@ mod tests {
     use super::*;
 
     /// Pixels of `rgb` within 3 of `c` blended at `alpha` over white.
-    fn count(rgb: &[u8], c: RGBColor, alpha: f64) -> usize {
+    fn count(rgb: &[u8], c: (u8, u8, u8), alpha: f64) -> usize {
         let want = [c.0, c.1, c.2].map(|v| alpha * v as f64 + (1.0 - alpha) * 255.0);
         rgb.chunks(3)
             .filter(|p| (0..3).all(|i| (p[i] as f64 - want[i]).abs() <= 3.0))
@@ -308,7 +319,11 @@ mod tests {
     fn bars_are_as_tall_as_their_values_with_the_limit_across_each_group() {
         let bars = |n: &str, v: [f64; 3]| Line {
             name: n.into(),
-            points: v.iter().enumerate().map(|(i, &y)| (i as f64, y, 0.5)).collect(),
+            points: v
+                .iter()
+                .enumerate()
+                .map(|(i, &y)| (i as f64, y, 0.5))
+                .collect(),
             reference: vec![],
         };
         let p = LinePlot {
@@ -316,7 +331,9 @@ mod tests {
             categories: vec!["GEO".into(), "LEO".into(), "T1".into()],
             lines: vec![bars("a", [2.0, 4.0, 6.0]), bars("b", [8.0, 8.0, 8.0])],
             bars: true,
-            limits: vec![(0.0, 10.0), (1.0, 10.0), (2.0, 10.0)],
+            limits: (0..2)
+                .flat_map(|i| (0..3).map(move |x| (i, x as f64, 10.0)))
+                .collect(),
             ..Default::default()
         };
         init_font().unwrap();
@@ -352,14 +369,20 @@ mod tests {
             ..p.clone()
         };
         let extra = black_left(&rgb) as i64 - black_left(&render(&without)) as i64;
-        assert!(extra > 100, "no dashed limit drawn ({extra} black pixels more)");
+        assert!(
+            extra > 100,
+            "no dashed limit drawn ({extra} black pixels more)"
+        );
         // And both kinds of file are written.
         let base = std::env::temp_dir().join(format!("satpep-bars-{}", std::process::id()));
         write_line_plot(&base, &p, (w, h)).unwrap();
         let png = std::fs::read(base.with_extension("png")).unwrap();
         assert_eq!(&png[1..4], b"PNG");
         let svg = std::fs::read_to_string(base.with_extension("svg")).unwrap();
-        assert!(svg.contains("physical limit") && svg.contains("<rect"), "{svg}");
+        assert!(
+            svg.contains("physical limit") && svg.contains("<rect"),
+            "{svg}"
+        );
         let _ = std::fs::remove_file(base.with_extension("png"));
         let _ = std::fs::remove_file(base.with_extension("svg"));
     }

@@ -473,11 +473,10 @@ fn metric_plot(
         })
         .0
     };
-    // The physical limit at x: the mean over the cells drawn there.
-    let limit_at = |cells: &[&&CellResult], x: f64| -> Option<(f64, f64)> {
-        let v: Vec<f64> = cells.iter().filter_map(|r| r.limit_bps).collect();
-        let r = cells.first()?;
-        (limits && !v.is_empty()).then(|| (x, y_of(r, Summary::of(&v).mean)))
+    // The physical limit of line `i`'s bar at x.
+    let limit_at = |r: &CellResult, i: usize, x: f64| -> Option<(usize, f64, f64)> {
+        let v = r.limit_bps.filter(|_| limits)?;
+        Some((i, x, y_of(r, v)))
     };
     let Some(axis) = part.axes.first() else {
         p.categories = part.configs.clone();
@@ -494,7 +493,7 @@ fn metric_plot(
                 if let (true, Some(v)) = (reference, r.reference) {
                     ours.reference.push((i as f64, y_of(r, v)));
                 }
-                p.limits.extend(limit_at(&[r], i as f64));
+                p.limits.extend(limit_at(r, 0, i as f64));
             }
         }
         p.lines.push(ours);
@@ -507,11 +506,6 @@ fn metric_plot(
         // Named points (links, modes): bars, grouped by point, one per configuration.
         p.categories = axis.values.iter().map(|v| axis.show(v)).collect();
         p.bars = true;
-        for (i, v) in axis.values.iter().enumerate() {
-            let here: Vec<&&CellResult> =
-                res.iter().filter(|r| sc.cells[r.cell].point[0] == *v).collect();
-            p.limits.extend(limit_at(&here, i as f64));
-        }
     }
     let xpos = |cell: usize| -> f64 {
         let v = &sc.cells[cell].point[0];
@@ -548,6 +542,9 @@ fn metric_plot(
             }
             if let (true, Some(v)) = (reference, r.reference) {
                 line.reference.push((xpos(r.cell), y_of(r, v)));
+            }
+            if p.bars {
+                p.limits.extend(limit_at(r, p.lines.len(), xpos(r.cell)));
             }
         }
         p.lines.push(line);
@@ -929,7 +926,7 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
             &ylab,
         );
         mp.log_y = log_y;
-        let mut notes = vec![if mp.bars { "bars" } else { "dots" }];
+        let mut notes = vec![if mp.bars { "bars" } else { "lines" }];
         // (A symmetric bar in log space would misstate the interval: the tables give it.)
         notes.push(if log_y {
             "log axis, intervals in the tables"
