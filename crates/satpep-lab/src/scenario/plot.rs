@@ -178,15 +178,17 @@ fn draw_lines<DB: DrawingBackend>(
         mesh.x_labels(p.categories.len() * 2 + 1);
     }
     mesh.draw().map_err(e)?;
-    if p.bars {
+    let lines = if p.bars {
         draw_bars(&mut chart, p, y0).map_err(e)?;
-    }
-    for (i, l) in p.lines.iter().enumerate().filter(|_| !p.bars) {
+        &[][..]
+    } else {
+        &p.lines[..]
+    };
+    for (i, l) in lines.iter().enumerate() {
         let c = Palette99::pick(i).to_rgba();
         let pts: Vec<(f64, f64)> = l.points.iter().map(|q| (q.0, q.1)).collect();
-        let joined = pts.clone();
         chart
-            .draw_series(LineSeries::new(joined, c.stroke_width(2)))
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
             .map_err(e)?
             .label(&l.name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
@@ -316,7 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn bars_are_as_tall_as_their_values_with_the_limit_across_each_group() {
+    fn bars_are_as_tall_as_their_values_with_the_limit_across_each_bar() {
         let bars = |n: &str, v: [f64; 3]| Line {
             name: n.into(),
             points: v
