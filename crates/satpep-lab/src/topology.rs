@@ -12,7 +12,9 @@
 use crate::sys::{ip_batch, require_root, run, run_stdin};
 use satpep_link::config::LinkSpec;
 use satpep_link::stats::LinkSnapshot;
+use satpep_proxy::config::ProxyFile;
 use serde::{Deserialize, Serialize};
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -204,10 +206,10 @@ pub struct Pep {
     pub handshake: Option<String>,
     /// Memory limit of each proxy, e.g. "64MiB" (default: the proxy's).
     pub max_memory: Option<String>,
-    /// More `[satellite]` keys for both proxies, as TOML lines (e.g. "initcwnd = 40").
-    pub satellite_toml: Option<String>,
-    /// More `[proxy]` keys for both proxies, as TOML lines (e.g. "idle_timeout = \"2s\"").
-    pub proxy_toml: Option<String>,
+    /// The configuration both proxies start from (the proxy crate's own typed file; default:
+    /// every key at the proxy's default). The lab then sets interception, the satellite
+    /// side, the satellite leg's controller and sizing, the tunnel and the fields above.
+    pub file: ProxyFile,
     /// How long the proxies let live connections finish when stopped, e.g. "10s" (default
     /// "0s": a lab is torn down at once, not drained for the proxy's default 30 s).
     pub drain: Option<String>,
@@ -221,6 +223,84 @@ pub struct Pep {
     /// What the proxies are told about the link (default: nothing, as an operator who does
     /// not know the link's exact rate and RTT would configure them).
     pub told: Told,
+}
+
+/// The configuration of `host`'s proxy: `pep.file` with interception on the client-facing
+/// (terminal) or satellite-facing (gateway) interface, the satellite side, and what
+/// `pep.told` says of `link`. Told it exactly, a satellite-leg socket sends one way and
+/// receives the other, so its buffers are sized from the faster direction.
+fn proxy_file(
+    pep: &Pep,
+    host: Host,
+    link: &satpep_link::config::LinkConfig,
+    keys: &Path,
+    spliced_limit: Option<u32>,
+) -> ProxyFile {
+    let mut f = pep.file.clone();
+    let gateway = host == Host::Gateway;
+    f.intercept.interfaces = vec![if gateway { "to-link" } else { "to-client" }.into()];
+    // The scenarios' competing end-to-end flow.
+    f.intercept.exclude_ports.push(END_TO_END_PORT);
+    let p = &mut f.proxy;
+    p.satellite_side = if gateway { "downstream" } else { "upstream" }.into();
+    if let Some(m) = pep.max_connections.or(spliced_limit) {
+        p.max_connections = m;
+    }
+    if let Some(m) = &pep.max_memory {
+        p.max_memory = m.clone();
+    }
+    if let Some(h) = &pep.handshake {
+        p.handshake = h.clone();
+    }
+    if let Some(r) = &pep.relay {
+        p.relay = r.clone();
+    }
+    p.drain = pep.drain.clone().unwrap_or_else(|| "0s".into());
+    let (fwd, ret) = match pep.told {
+        Told::Nothing => (None, None),
+        Told::Nominal(f, r) => (Some(f), Some(r)),
+        Told::Exact => (
+            Some(link.forward.rate.max_bps()),
+            Some(link.ret.rate.max_bps()),
+        ),
+    };
+    let rtt_ns = link.forward.delay.max_ns() + link.ret.delay.max_ns();
+    let exact_rtt = (pep.told == Told::Exact).then(|| format!("{}ns", rtt_ns.max(1_000_000)));
+    let bps = |r: Option<f64>| r.map(|r| (r.round() as u64).to_string());
+    match &pep.tunnel {
+        None => {
+            if pep.cc.is_some() {
+                f.satellite.congestion = pep.cc.clone();
+            }
+            // Split mode sizes its buffers from rate × RTT only when told both; otherwise
+            // the kernel's autotuning does (the lab's hosts allow 128 MiB).
+            if let Some(rtt) = exact_rtt {
+                let rate = link.forward.rate.max_bps().max(link.ret.rate.max_bps());
+                f.satellite.rate = Some((rate.round() as u64).to_string());
+                f.satellite.rtt = Some(rtt);
+            }
+        }
+        Some(cc) => {
+            // Each end sends at its own direction's rate (the gateway forward, down to the
+            // terminal; the terminal return).
+            let (send, receive) = if gateway { (fwd, ret) } else { (ret, fwd) };
+            let role = if gateway { "gateway" } else { "terminal" };
+            let key = |name: &str| Some(keys.join(name).display().to_string());
+            f.tunnel = Some(satpep_proxy::config::TunnelFile {
+                role: Some(role.into()),
+                peer: (!gateway).then(|| "198.18.2.2:7701".into()),
+                ca: key("ca.pem"),
+                cert: key(&format!("{role}.pem")),
+                key: key(&format!("{role}.key")),
+                congestion: Some(cc.clone()),
+                rate: bps(send),
+                receive_rate: bps(receive),
+                rtt: exact_rtt,
+                ..f.tunnel.unwrap_or_default()
+            });
+        }
+    }
+    f
 }
 
 /// A server port the lab's proxies never intercept: the scenarios' competing end-to-end
@@ -279,7 +359,9 @@ pub struct Lab {
     pub name: String,
     state: LabState,
     emulator: Option<Child>,
-    proxies: Vec<(Host, Child)>,
+    /// Running proxies, each with the socket it reports readiness on (kept open while it
+    /// runs: it also reports reloads and its stop there).
+    proxies: Vec<(Host, Child, UnixDatagram)>,
     satpep_bin: PathBuf,
     attached: bool,
 }
@@ -773,13 +855,10 @@ impl Lab {
         match pep.cc.as_deref() {
             // The proxies switch among the shipped policy's controllers.
             Some("adaptive") => {
-                for cc in [
-                    "satpep_hybla",
-                    "satpep_tarang",
-                    "satpep_westwood",
-                    "satpep_hstcp",
-                ] {
-                    ensure_cc(cc)?;
+                for cc in satpep_proxy::adaptive::policy_controllers() {
+                    if cc.starts_with("satpep_") {
+                        ensure_cc(cc)?;
+                    }
                 }
             }
             Some(cc) => ensure_cc(cc)?,
@@ -795,17 +874,12 @@ impl Lab {
         }
         self.state.log_filter = pep.log_filter.clone();
         let cfg = spec.resolve()?;
-        let rtt_ns = cfg.forward.delay.max_ns() + cfg.ret.delay.max_ns();
         let dir = state_dir(&self.name);
-        let rate = cfg.forward.rate.max_bps().max(cfg.ret.rate.max_bps());
-        let hosts = [
-            (Host::Terminal, "to-client", "upstream"),
-            (Host::Gateway, "to-link", "downstream"),
-        ];
+        let hosts = [Host::Terminal, Host::Gateway];
         let n = if pep.terminal_only { 1 } else { 2 };
         // A tunnel's gateway starts first, so the terminal finds it listening.
         let order: Vec<_> = if pep.tunnel.is_some() {
-            vec![hosts[1], hosts[0]]
+            vec![Host::Gateway, Host::Terminal]
         } else {
             hosts[..n].to_vec()
         };
@@ -813,96 +887,22 @@ impl Lab {
         if pep.tunnel.is_some() && !keys.join("gateway.pem").exists() {
             satpep_tunnel::keys::keygen(&keys, &["terminal".into(), "gateway".into()], true)?;
         }
-        for (host, ifname, side) in order {
-            let cc = pep
-                .cc
-                .as_ref()
-                .map(|c| format!("congestion = \"{c}\"\n"))
-                .unwrap_or_default();
-            let limit = pep
-                .max_connections
-                .or_else(spliced_max_connections)
-                .map(|m| format!("max_connections = {m}\n"))
-                .unwrap_or_default()
-                + &pep
-                    .max_memory
-                    .as_ref()
-                    .map(|m| format!("max_memory = \"{m}\"\n"))
-                    .unwrap_or_default()
-                + &pep
-                    .handshake
-                    .as_ref()
-                    .map(|h| format!("handshake = \"{h}\"\n"))
-                    .unwrap_or_default()
-                + &pep
-                    .relay
-                    .as_ref()
-                    .map(|r| format!("relay = \"{r}\"\n"))
-                    .unwrap_or_default()
-                + &format!("drain = \"{}\"\n", pep.drain.as_deref().unwrap_or("0s"))
-                + pep.proxy_toml.as_deref().unwrap_or_default();
-            // What this proxy is told about the link: each end sends at its own direction's
-            // rate (the gateway forward, down to the terminal; the terminal return).
-            let (fwd, ret) = match pep.told {
-                Told::Nothing => (None, None),
-                Told::Nominal(f, r) => (Some(f), Some(r)),
-                Told::Exact => (
-                    Some(cfg.forward.rate.max_bps()),
-                    Some(cfg.ret.rate.max_bps()),
-                ),
-            };
-            let exact_rtt = (pep.told == Told::Exact).then(|| rtt_ns.max(1_000_000));
-            let (send_rate, peer_rate) = if host == Host::Gateway {
-                (fwd, ret)
-            } else {
-                (ret, fwd)
-            };
-            let line = |key: &str, v: Option<String>| {
-                v.map(|v| format!("{key} = \"{v}\"\n")).unwrap_or_default()
-            };
-            let bps = |r: Option<f64>| r.map(|r| (r.round() as u64).to_string());
-            let tunnel = match &pep.tunnel {
-                None => String::new(),
-                Some(t) => {
-                    let role = if host == Host::Gateway {
-                        "gateway"
-                    } else {
-                        "terminal"
-                    };
-                    let peer = if host == Host::Terminal {
-                        "peer = \"198.18.2.2:7701\"\n"
-                    } else {
-                        ""
-                    };
-                    let k = |f: &str| keys.join(f).display().to_string();
-                    format!(
-                        "[tunnel]\nrole = \"{role}\"\n{peer}ca = \"{ca}\"\ncert = \"{cert}\"\nkey = \"{key}\"\ncongestion = \"{t}\"\n{sr}{pr}{rtt}",
-                        ca = k("ca.pem"),
-                        cert = k(&format!("{role}.pem")),
-                        key = k(&format!("{role}.key")),
-                        sr = line("rate", bps(send_rate)),
-                        pr = line("receive_rate", bps(peer_rate)),
-                        rtt = line("rtt", exact_rtt.map(|n| format!("{n}ns"))),
-                    )
-                }
-            };
-            let cc = if pep.tunnel.is_some() {
-                String::new()
-            } else {
-                cc
-            };
-            // Split mode sizes its buffers from rate × RTT only when told both; otherwise
-            // the kernel's autotuning does (the lab's hosts allow 128 MiB).
-            let sizing = match exact_rtt {
-                Some(n) => format!("rate = \"{}\"\nrtt = \"{n}ns\"\n", rate.round() as u64),
-                None => String::new(),
-            };
+        for host in order {
+            let file = proxy_file(pep, host, &cfg, &keys, spliced_max_connections());
+            // What the proxy will refuse, refused here with the lab's own words.
+            let text = toml::to_string(&file).map_err(|e| {
+                format!(
+                    "cannot write the {} proxy's configuration: {e}",
+                    host.name()
+                )
+            })?;
+            ProxyFile::parse(&text)
+                .and_then(|f| f.resolve())
+                .map_err(|e| format!("the {} proxy's configuration: {e}", host.name()))?;
             let text = format!(
-                "# Written by satpep lab for the {host} of lab {name}.\n[intercept]\ninterfaces = [\"{ifname}\"]\n# The scenarios' competing end-to-end flow.\nexclude_ports = [{e2e}]\n[proxy]\nsatellite_side = \"{side}\"\n{limit}[satellite]\n{cc}{sizing}{more}{tunnel}",
-                more = pep.satellite_toml.as_deref().unwrap_or_default(),
-                e2e = END_TO_END_PORT,
-                host = host.name(),
-                name = self.name,
+                "# Written by satpep lab for the {} of lab {}.\n{text}",
+                host.name(),
+                self.name
             );
             let path = dir.join(format!("proxy-{}.toml", host.name()));
             std::fs::write(&path, text).map_err(|e| e.to_string())?;
@@ -926,35 +926,51 @@ impl Lab {
             .clone()
             .or_else(|| std::env::var("RUST_LOG").ok())
             .unwrap_or_else(|| "info,satpep::connection=debug".into());
+        // Readiness as systemd's `Type=notify` sees it: the proxy sends READY=1 once it
+        // intercepts (interception installed, privileges dropped), not when its nftables
+        // table exists: after a crash the old table is still there while the new process
+        // removes it and installs its own.
+        let sock = dir.join(format!("notify-{}.sock", host.name()));
+        let _ = std::fs::remove_file(&sock);
+        let notify = UnixDatagram::bind(&sock)
+            .and_then(|s| s.set_nonblocking(true).map(|_| s))
+            .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
+        let notify_env = sock.display().to_string();
         let mut child = self.spawn_satpep(
             host,
             &["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
             &log,
             &what,
-            &[("RUST_LOG", filter.as_str())],
+            &[
+                ("RUST_LOG", filter.as_str()),
+                ("NOTIFY_SOCKET", &notify_env),
+            ],
         )?;
         self.state.proxy_pids.push(child.id());
         write_state(&self.state)?;
-        // Ready when it says it is set up (the last step of set-up), not when its nftables
-        // table exists: after a crash the old table is still there while the new process
-        // removes it and installs its own.
+        let mut buf = [0u8; 4096];
         wait_ready(&mut child, &log, &what, || {
-            std::fs::read_to_string(&log).is_ok_and(|t| t.contains("privileges dropped"))
-                && self
-                    .ns_run(host, "nft", &["list", "table", "inet", "satpep"])
-                    .is_ok()
+            while let Ok(n) = notify.recv(&mut buf) {
+                if String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .any(|l| l == "READY=1")
+                {
+                    return true;
+                }
+            }
+            false
         })?;
-        self.proxies.push((host, child));
+        self.proxies.push((host, child, notify));
         Ok(())
     }
 
     /// Stops `host`'s proxy with `signal` (SIGTERM: a clean stop; SIGKILL: a crash) and waits
     /// until it has exited. Returns whether one was running.
     pub fn signal_proxy(&mut self, host: Host, signal: i32) -> bool {
-        let Some(i) = self.proxies.iter().position(|(h, _)| *h == host) else {
+        let Some(i) = self.proxies.iter().position(|(h, ..)| *h == host) else {
             return false;
         };
-        let (_, mut c) = self.proxies.remove(i);
+        let (_, mut c, _) = self.proxies.remove(i);
         let pid = c.id();
         // SAFETY: signalling our own child, not yet reaped.
         unsafe { libc::kill(pid as i32, signal) };
@@ -971,12 +987,12 @@ impl Lab {
 
     /// Hosts whose proxy is running, in start order.
     pub fn proxy_hosts(&self) -> Vec<Host> {
-        self.proxies.iter().map(|(h, _)| *h).collect()
+        self.proxies.iter().map(|(h, ..)| *h).collect()
     }
 
     /// Stops the proxies, if running.
     pub fn stop_proxies(&mut self) {
-        for (_, c) in self.proxies.drain(..) {
+        for (_, c, _) in self.proxies.drain(..) {
             stop_child(c);
         }
         for pid in std::mem::take(&mut self.state.proxy_pids) {
@@ -1079,6 +1095,54 @@ fn spliced_max_connections() -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxies_are_told_only_what_pep_told_says() {
+        let link = satpep_link::presets::spec("geo")
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let keys = Path::new("/k");
+        let split = Pep::default();
+        let f = proxy_file(&split, Host::Gateway, &link, keys, None);
+        assert_eq!(f.intercept.interfaces, ["to-link"]);
+        assert_eq!(f.intercept.exclude_ports, [END_TO_END_PORT]);
+        assert_eq!(f.proxy.satellite_side, "downstream");
+        assert_eq!((f.satellite.rate, f.satellite.rtt), (None, None));
+        assert!(f.tunnel.is_none());
+        let exact = Pep {
+            told: Told::Exact,
+            cc: Some("satpep_hybla".into()),
+            ..Default::default()
+        };
+        let f = proxy_file(&exact, Host::Terminal, &link, keys, Some(9));
+        assert_eq!(f.proxy.satellite_side, "upstream");
+        assert_eq!(f.proxy.max_connections, 9);
+        assert_eq!(f.satellite.congestion.as_deref(), Some("satpep_hybla"));
+        assert_eq!(f.satellite.rate.as_deref(), Some("50000000"));
+        assert_eq!(f.satellite.rtt.as_deref(), Some("560000000ns"));
+        // A tunnel told a service plan's 25 Mbit/s forward: the gateway sends at it, the
+        // terminal (return, 10 of 50 scaled alike) at 5, and neither is given an RTT.
+        let tunnel = Pep {
+            tunnel: Some("satellite".into()),
+            told: Told::Nominal(25e6, 5e6),
+            ..Default::default()
+        };
+        let t = proxy_file(&tunnel, Host::Terminal, &link, keys, None)
+            .tunnel
+            .unwrap();
+        assert_eq!(t.role.as_deref(), Some("terminal"));
+        assert_eq!(t.peer.as_deref(), Some("198.18.2.2:7701"));
+        assert_eq!(
+            (t.rate.as_deref(), t.receive_rate.as_deref()),
+            (Some("5000000"), Some("25000000"))
+        );
+        assert_eq!(t.rtt, None);
+        assert_eq!(t.key.as_deref(), Some("/k/terminal.key"));
+        let g = proxy_file(&tunnel, Host::Gateway, &link, keys, None);
+        assert_eq!(g.satellite.congestion, None);
+        assert_eq!(g.tunnel.unwrap().peer, None);
+    }
 
     #[test]
     fn names() {

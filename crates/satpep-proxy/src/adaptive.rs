@@ -93,6 +93,18 @@ impl Class {
     }
 }
 
+/// Every controller the shipped policy may switch a connection to, each once, in class
+/// order: what must be registered before a proxy with `congestion = "adaptive"` starts.
+pub fn policy_controllers() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for c in Class::ALL {
+        if !out.contains(&c.default_cc()) {
+            out.push(c.default_cc());
+        }
+    }
+    out
+}
+
 /// One TCP_INFO observation of the satellite leg.
 #[derive(Debug, Clone, Copy)]
 pub struct Observation {

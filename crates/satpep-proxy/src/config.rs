@@ -4,10 +4,10 @@
 
 use ipnet::IpNet;
 use satpep_link::units::{parse_duration_ns, parse_rate, parse_size};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The file as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyFile {
     /// Which connections to split.
@@ -30,7 +30,7 @@ pub struct ProxyFile {
 }
 
 /// The `[tunnel]` section.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TunnelFile {
     /// "terminal" (intercepts clients, opens flows) or "gateway" (carries them to servers).
@@ -211,7 +211,7 @@ impl TunnelFile {
 }
 
 /// The `[adaptive]` section.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveFile {
     /// How often each connection is classified (default 1s).
@@ -300,7 +300,7 @@ impl AdaptiveFile {
 }
 
 /// Selection rules, firewall style.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InterceptFile {
     /// Ingress interfaces whose TCP connections are split (empty: every interface).
@@ -327,7 +327,7 @@ pub struct InterceptFile {
 }
 
 /// The `[proxy]` section.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxySection {
     /// TPROXY listener port (IPv4 and IPv6).
@@ -403,7 +403,7 @@ impl Default for ProxySection {
 }
 
 /// Per-leg TCP tuning as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LegFile {
     /// Congestion control (kernel name, e.g. cubic, bbr).
@@ -835,6 +835,39 @@ mod tests {
 
     fn cfg(t: &str) -> Result<ProxyConfig, String> {
         ProxyFile::parse(t)?.resolve()
+    }
+
+    #[test]
+    fn a_file_written_as_toml_reads_back_the_same() {
+        // The lab writes its proxies' files from this type: what it sets must survive the
+        // trip, and what it leaves unset must stay unset (not become "" or 0).
+        let f = ProxyFile {
+            intercept: InterceptFile {
+                interfaces: vec!["to-link".into()],
+                exclude_ports: vec![5401],
+                ..Default::default()
+            },
+            proxy: ProxySection {
+                satellite_side: "downstream".into(),
+                drain: "0s".into(),
+                ..Default::default()
+            },
+            satellite: LegFile {
+                congestion: Some("satpep_sat".into()),
+                initcwnd: Some(40),
+                ..Default::default()
+            },
+            tunnel: Some(TunnelFile {
+                role: Some("gateway".into()),
+                rate: Some("50000000".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = toml::to_string(&f).unwrap();
+        assert!(!text.contains("peer"), "unset keys written:\n{text}");
+        let back = ProxyFile::parse(&text).unwrap();
+        assert_eq!(back, f);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use satpep_lab::topology::Pep;
 use satpep_lab::{Host, Lab};
+use satpep_proxy::config::{LegFile, ProxyFile, ProxySection};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -664,10 +665,17 @@ fn satellite_leg_gets_its_initial_windows_mss_and_fast_open() {
         &spec,
         &Pep {
             cc: Some("cubic".into()),
-            satellite_toml: Some(
-                "interface = \"to-link\"\ninitcwnd = 40\ninitrwnd = 40\nmss = 1200\nfastopen = true\n"
-                    .into(),
-            ),
+            file: ProxyFile {
+                satellite: LegFile {
+                    interface: Some("to-link".into()),
+                    initcwnd: Some(40),
+                    initrwnd: Some(40),
+                    mss: Some(1200),
+                    fastopen: Some(true),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             ..Default::default()
         },
     )
@@ -960,13 +968,16 @@ fn after_setup_every_proxy_thread_keeps_only_the_capabilities_it_needs() {
     }
 }
 
-fn split_lab_proxy_keys(tag: &str, keys: &str) -> Lab {
+fn split_lab_proxy_keys(tag: &str, proxy: ProxySection) -> Lab {
     lab_with(
         tag,
         "[both]\nrate='20Mbit'\ndelay='10ms'\n",
         Some(Pep {
             cc: Some("cubic".into()),
-            proxy_toml: Some(keys.into()),
+            file: ProxyFile {
+                proxy,
+                ..Default::default()
+            },
             ..Default::default()
         }),
     )
@@ -988,7 +999,13 @@ fn http_get(lab: &Lab, port: u16, path: &str) -> String {
 #[test]
 fn connections_can_be_served_apart_from_metrics() {
     // Prometheus may scrape /metrics from elsewhere; the client addresses stay on loopback.
-    let lab = split_lab_proxy_keys("pconn", "connections = \"127.0.0.1:9918\"\n");
+    let lab = split_lab_proxy_keys(
+        "pconn",
+        ProxySection {
+            connections: "127.0.0.1:9918".into(),
+            ..Default::default()
+        },
+    );
     let m = http_get(&lab, 9917, "/metrics");
     assert!(m.starts_with("HTTP/1.0 200"), "{m}");
     assert!(m.contains("satpep_connections_total"), "{m}");
@@ -1032,7 +1049,13 @@ fn connections_log_at_debug_and_a_summary_at_info() {
         "[both]\nrate='20Mbit'\ndelay='10ms'\n",
         Some(Pep {
             cc: Some("cubic".into()),
-            proxy_toml: Some("log_summary = \"1s\"\n".into()),
+            file: ProxyFile {
+                proxy: ProxySection {
+                    log_summary: "1s".into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             log_filter: Some("info".into()),
             ..Default::default()
         }),
@@ -1069,7 +1092,13 @@ fn connections_log_at_debug_and_a_summary_at_info() {
 
 #[test]
 fn idle_connections_are_reset_after_the_idle_timeout_and_busy_ones_are_not() {
-    let lab = split_lab_proxy_keys("pidle", "idle_timeout = \"2s\"\n");
+    let lab = split_lab_proxy_keys(
+        "pidle",
+        ProxySection {
+            idle_timeout: "2s".into(),
+            ..Default::default()
+        },
+    );
     echo_server(&lab, 9007);
     let (idle_end, busy_ok) = in_netns(&lab.ns(Host::Client), || {
         let mut idle = TcpStream::connect("198.18.3.2:9007").unwrap();
@@ -1102,7 +1131,13 @@ fn idle_connections_are_reset_after_the_idle_timeout_and_busy_ones_are_not() {
 fn a_client_that_vanishes_is_found_by_keepalive_and_the_server_reset() {
     // A half-open connection: the client's host goes silent (no FIN, no RST). Without
     // keepalive the server's side would be held for ever.
-    let lab = split_lab_proxy_keys("pka", "keepalive = \"2s\"\n");
+    let lab = split_lab_proxy_keys(
+        "pka",
+        ProxySection {
+            keepalive: "2s".into(),
+            ..Default::default()
+        },
+    );
     let listener = in_netns(&lab.ns(Host::Server), || {
         TcpListener::bind("0.0.0.0:9008").unwrap()
     })
@@ -1522,13 +1557,13 @@ fn a_reload_changes_the_limits_of_the_running_proxy() {
     for host in ["terminal", "gateway"] {
         let file = format!("/run/satpep/lab/{}/proxy-{host}.toml", lab.name);
         let text = std::fs::read_to_string(&file).unwrap();
+        // The lab writes every [proxy] key.
         assert!(text.contains("max_connections = 2\n"), "{text}");
+        assert!(text.contains("idle_timeout = \"0s\"\n"), "{text}");
         std::fs::write(
             &file,
-            text.replace(
-                "max_connections = 2\n",
-                "max_connections = 3\nidle_timeout = \"2s\"\n",
-            ),
+            text.replace("max_connections = 2\n", "max_connections = 3\n")
+                .replace("idle_timeout = \"0s\"\n", "idle_timeout = \"2s\"\n"),
         )
         .unwrap();
         unsafe { libc::kill(proxy_pid(&lab, host), libc::SIGHUP) };

@@ -42,8 +42,10 @@ const BASE: &str =
 fn bad_scenarios_are_refused_with_the_key_named() {
     let dir = tmpdir("bad");
     let cases: &[(&str, &str)] = &[
-        ("[traffic]\nflowz = 2\n", "flowz"),
-        ("[pep]\nmode = \"bogus\"\n", "pep.mode 'bogus'"),
+        ("[traffic]\nflowz = 2\n", "traffic.flowz: unknown field"),
+        ("[pep]\nmode = \"bogus\"\n", "pep.mode: unknown variant `bogus`"),
+        ("[traffic]\nkind = \"bulkk\"\n", "traffic.kind: unknown variant `bulkk`"),
+        ("[traffic]\ndirection = \"up\"\n", "traffic.direction: unknown variant `up`"),
         ("[traffic]\nkind = \"http\"\n", "traffic.size"),
         ("[traffic]\nkind = \"http\"\nsize = \"1KB\"\nflows = 2\n", "traffic.flows: does not apply"),
         ("[traffic]\nkind = \"page\"\n", "traffic.objects"),

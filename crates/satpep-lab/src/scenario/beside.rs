@@ -370,7 +370,7 @@ pub fn base_rtt_ms(cfg: &satpep_link::config::LinkConfig, t: f64) -> f64 {
 /// Checks the beside keys of `spec.traffic` before any lab is built.
 pub fn check(spec: &CellSpec) -> Result<(), String> {
     let t = &spec.traffic;
-    if t.runs_beside() && t.kind != "bulk" {
+    if t.runs_beside() && t.kind != super::spec::TrafficKind::Bulk {
         return Err(
             "traffic.probe, cross_udp, competing and requests run beside a bulk transfer (kind = \"bulk\")"
                 .into(),

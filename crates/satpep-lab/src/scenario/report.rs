@@ -3,7 +3,7 @@
 
 use super::beside::{percentile, BesideRecord};
 use super::plot::{write_line_plot, write_stacked_svg, Line, LinePlot};
-use super::spec::{CellSpec, Metric, Part, Scenario};
+use super::spec::{CellSpec, Metric, Part, PepMode, Scenario};
 use super::stats::Summary;
 use super::traffic::RunRecord;
 use serde::Serialize;
@@ -168,7 +168,7 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
 pub fn leg_cc(spec: &CellSpec, samples: &[crate::scenario::traffic::SocketSample]) -> String {
     // The tunnel's hop is QUIC, which ss does not see: the sampled socket is the server's
     // terrestrial TCP sender, so its controller is not the satellite leg's.
-    if spec.pep.mode == "tunnel" {
+    if spec.pep.mode == PepMode::Tunnel {
         return format!("tunnel {}", spec.pep.cc.as_deref().unwrap_or("satellite"));
     }
     let mut n: std::collections::BTreeMap<&str, usize> = Default::default();

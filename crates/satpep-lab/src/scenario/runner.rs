@@ -3,7 +3,7 @@
 
 use super::hosts::HostTuner;
 use super::report;
-use super::spec::{CellSpec, Scenario};
+use super::spec::{CellSpec, PepMode, Scenario};
 use super::traffic::{run_once, RunRecord};
 use crate::progress::Progress;
 use crate::topology::{Host, Lab, Pep, UpOptions};
@@ -29,7 +29,7 @@ pub struct RunOptions {
 /// default).
 pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
     let cfg = spec.link_spec()?.resolve()?;
-    let dir = if spec.traffic.direction == "upload" {
+    let dir = if spec.traffic.direction == super::spec::Direction::Upload {
         &cfg.ret
     } else {
         &cfg.forward
@@ -47,27 +47,27 @@ fn pep_of(spec: &CellSpec) -> Option<Pep> {
     let p = &spec.pep;
     // Checked with the scenario, before any lab was built.
     let told = spec.told().unwrap_or_default();
-    match p.mode.as_str() {
-        "split" => Some(Pep {
+    match p.mode {
+        PepMode::Split => Some(Pep {
             cc: p.cc.clone(),
             terminal_only: p.terminal_only,
             handshake: p.handshake.clone(),
             told: told.clone(),
             ..Default::default()
         }),
-        "adaptive" => Some(Pep {
+        PepMode::Adaptive => Some(Pep {
             cc: Some("adaptive".into()),
             handshake: p.handshake.clone(),
             told: told.clone(),
             ..Default::default()
         }),
-        "tunnel" => Some(Pep {
+        PepMode::Tunnel => Some(Pep {
             tunnel: Some(p.cc.clone().unwrap_or_else(|| "satellite".into())),
             handshake: p.handshake.clone(),
             told: told.clone(),
             ..Default::default()
         }),
-        _ => None,
+        PepMode::None => None,
     }
 }
 

@@ -231,13 +231,73 @@ fn one_u64() -> u64 {
     1
 }
 
+/// How a cell's traffic crosses the link: the one place that knows the PEP modes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PepMode {
+    /// End to end: the hosts' own TCP across the link.
+    #[default]
+    None,
+    /// Split TCP at both ends (or the terminal only), one controller on the satellite leg.
+    Split,
+    /// Split TCP whose satellite-leg controller the proxy chooses per connection.
+    Adaptive,
+    /// Every flow in one QUIC connection between the two proxies.
+    Tunnel,
+}
+
+impl PepMode {
+    /// Whether the satellite leg is the proxies' own TCP (split or adaptive).
+    pub fn splits(self) -> bool {
+        matches!(self, PepMode::Split | PepMode::Adaptive)
+    }
+}
+
+/// What a cell's traffic is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrafficKind {
+    /// Bulk transfers (iperf3) for `duration`.
+    #[default]
+    Bulk,
+    /// Downloads of one file from nginx with curl, one after another.
+    Http,
+    /// A web page: its HTML document, then its objects over parallel connections.
+    Page,
+    /// Small request/responses on one connection.
+    Interactive,
+}
+
+impl TrafficKind {
+    /// The name in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrafficKind::Bulk => "bulk",
+            TrafficKind::Http => "http",
+            TrafficKind::Page => "page",
+            TrafficKind::Interactive => "interactive",
+        }
+    }
+}
+
+/// Which way a bulk transfer goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// The server sends (across the forward link).
+    #[default]
+    Download,
+    /// The client sends (across the return link).
+    Upload,
+}
+
 /// PEP settings of a cell.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PepSpec {
     /// none, split, tunnel or adaptive (split with per-connection choice of controller).
-    #[serde(default = "none")]
-    pub mode: String,
+    #[serde(default)]
+    pub mode: PepMode,
     /// Satellite-leg controller (split: a kernel or satpep BPF one; tunnel: satellite, hybla,
     /// cubic, bbr, newreno).
     #[serde(default)]
@@ -260,14 +320,10 @@ fn nothing() -> String {
     "nothing".into()
 }
 
-fn none() -> String {
-    "none".into()
-}
-
 impl Default for PepSpec {
     fn default() -> Self {
         PepSpec {
-            mode: none(),
+            mode: PepMode::None,
             cc: None,
             terminal_only: false,
             handshake: None,
@@ -350,8 +406,8 @@ pub struct HostsSpec {
 pub struct TrafficSpec {
     /// bulk (iperf3), http (downloads from nginx with curl), page (a web page of several
     /// objects) or interactive (small request/responses on one connection).
-    #[serde(default = "bulk")]
-    pub kind: String,
+    #[serde(default)]
+    pub kind: TrafficKind,
     /// bulk: number of flows.
     #[serde(default = "one")]
     pub flows: u32,
@@ -362,8 +418,8 @@ pub struct TrafficSpec {
     #[serde(default)]
     pub cc: Vec<String>,
     /// bulk: download (server sends) or upload.
-    #[serde(default = "download")]
-    pub direction: String,
+    #[serde(default)]
+    pub direction: Direction,
     /// bulk: socket buffer (iperf3 -w), which caps the window, e.g. "64KB".
     #[serde(default)]
     pub window: Option<String>,
@@ -398,21 +454,14 @@ pub struct TrafficSpec {
     pub requests: Option<String>,
 }
 
-fn bulk() -> String {
-    "bulk".into()
-}
-fn download() -> String {
-    "download".into()
-}
-
 impl Default for TrafficSpec {
     fn default() -> Self {
         TrafficSpec {
-            kind: bulk(),
+            kind: TrafficKind::Bulk,
             flows: 1,
             stagger: zero(),
             cc: Vec::new(),
-            direction: download(),
+            direction: Direction::Download,
             window: None,
             size: None,
             count: 1,
@@ -497,10 +546,10 @@ pub fn secs(s: &str) -> Result<f64, String> {
 impl CellSpec {
     /// The main metric of this cell's traffic.
     pub fn metric(&self) -> Metric {
-        match self.traffic.kind.as_str() {
-            "bulk" => Metric::Goodput,
-            "interactive" => Metric::Latency,
-            _ => Metric::Time,
+        match self.traffic.kind {
+            TrafficKind::Bulk => Metric::Goodput,
+            TrafficKind::Interactive => Metric::Latency,
+            TrafficKind::Http | TrafficKind::Page => Metric::Time,
         }
     }
 
@@ -559,28 +608,24 @@ impl CellSpec {
             .and_then(|l| l.resolve())
             .map_err(|e| format!("link: {e}"))?;
         let p = &self.pep;
-        match p.mode.as_str() {
-            "none" => {
+        match p.mode {
+            PepMode::None => {
                 if p.cc.is_some() || p.terminal_only || p.handshake.is_some() {
                     return Err("pep.cc, pep.terminal_only and pep.handshake need pep.mode split, tunnel or adaptive".into());
                 }
             }
-            "split" | "adaptive" => {
-                if p.mode == "adaptive" && p.cc.is_some() {
+            PepMode::Split => {}
+            PepMode::Adaptive => {
+                if p.cc.is_some() {
                     return Err("pep.cc: mode adaptive chooses the controller itself".into());
                 }
             }
-            "tunnel" => {
+            PepMode::Tunnel => {
                 if p.terminal_only {
                     return Err("pep.terminal_only is for mode split: a tunnel has two ends".into());
                 }
                 satpep_tunnel::congestion::Algorithm::parse(p.cc.as_deref().unwrap_or("satellite"))
                     .map_err(|e| format!("pep.cc: {e}"))?;
-            }
-            other => {
-                return Err(format!(
-                    "pep.mode '{other}': unknown (none, split, tunnel, adaptive)"
-                ))
             }
         }
         if let Some(h) = &p.handshake {
@@ -621,17 +666,11 @@ impl CellSpec {
 
     fn check_traffic(&self) -> Result<(), String> {
         let t = &self.traffic;
-        let kind = t.kind.as_str();
-        let allowed: &[&str] = match kind {
-            "bulk" => &["flows", "stagger", "cc", "direction", "window"],
-            "http" => &["size", "count"],
-            "page" => &["objects", "connections"],
-            "interactive" => &["size", "count"],
-            other => {
-                return Err(format!(
-                    "kind '{other}': unknown (bulk, http, page, interactive)"
-                ))
-            }
+        let kind = t.kind.name();
+        let allowed: &[&str] = match t.kind {
+            TrafficKind::Bulk => &["flows", "stagger", "cc", "direction", "window"],
+            TrafficKind::Http | TrafficKind::Interactive => &["size", "count"],
+            TrafficKind::Page => &["objects", "connections"],
         };
         let d = TrafficSpec::default();
         let set: [(&str, bool); 9] = [
@@ -650,8 +689,8 @@ impl CellSpec {
                 return Err(format!("{k}: does not apply to kind = \"{kind}\""));
             }
         }
-        match kind {
-            "bulk" => {
+        match t.kind {
+            TrafficKind::Bulk => {
                 if !(1..=64).contains(&t.flows) {
                     return Err(format!("flows = {}: between 1 and 64", t.flows));
                 }
@@ -666,14 +705,11 @@ impl CellSpec {
                 for cc in &t.cc {
                     check_cc_name(cc).map_err(|e| format!("cc: {e}"))?;
                 }
-                if t.direction != "download" && t.direction != "upload" {
-                    return Err(format!("direction '{}': download or upload", t.direction));
-                }
                 if let Some(w) = &t.window {
                     parse_size(w).map_err(|e| format!("window: {e}"))?;
                 }
             }
-            "http" | "interactive" => {
+            TrafficKind::Http | TrafficKind::Interactive => {
                 let s = t
                     .size
                     .as_ref()
@@ -683,7 +719,7 @@ impl CellSpec {
                     return Err(format!("count = {}: between 1 and 10000", t.count));
                 }
             }
-            _ => {
+            TrafficKind::Page => {
                 if t.objects.is_empty() {
                     return Err("objects: a page needs at least its HTML document's size".into());
                 }
@@ -945,9 +981,11 @@ impl Scenario {
                     spec: CellSpec::default_for_errors(),
                 };
                 let where_ = cell.describe(self);
-                cell.spec = Value::Table(t)
-                    .try_into()
-                    .map_err(|e: toml::de::Error| format!("{where_}: {}", e.message().trim()))?;
+                cell.spec = serde_path_to_error::deserialize(Value::Table(t)).map_err(
+                    |e: serde_path_to_error::Error<toml::de::Error>| {
+                        format!("{where_}: {}: {}", e.path(), e.inner().message().trim())
+                    },
+                )?;
                 cell.spec.check().map_err(|e| format!("{where_}: {e}"))?;
                 self.cells.push(cell);
             }

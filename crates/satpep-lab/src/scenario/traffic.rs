@@ -2,7 +2,7 @@
 //! satellite-leg sender's congestion window and RTT (`ss -ti`), and the emulator's counters.
 
 use super::beside::{Beside, BesideRecord};
-use super::spec::{parse_size, secs, CellSpec};
+use super::spec::{parse_size, secs, CellSpec, Direction, TrafficKind};
 use crate::http::{finish_fetch, spawn_fetch, HttpServer};
 use crate::iperf::Server;
 use crate::topology::{Host, Lab, SERVER_V4};
@@ -305,7 +305,7 @@ pub fn parse_ss(text: &str, t: f64, ports: &std::ops::Range<u16>) -> Vec<SocketS
 
 /// The host whose TCP sockets send across the satellite in `direction`.
 fn leg_sender(spec: &CellSpec, download: bool) -> Host {
-    let split = matches!(spec.pep.mode.as_str(), "split" | "adaptive");
+    let split = spec.pep.mode.splits();
     match (download, split) {
         (true, true) if !spec.pep.terminal_only => Host::Gateway,
         (true, _) => Host::Server,
@@ -365,17 +365,17 @@ pub fn run_once(
     };
     let before = lab.link_stats().ok();
     let t = &spec.traffic;
-    let download = t.direction == "download";
-    let ports = match t.kind.as_str() {
-        "bulk" => BASE_PORT..BASE_PORT + t.flows as u16,
-        _ => 80..81,
+    let download = t.direction == Direction::Download;
+    let ports = match t.kind {
+        TrafficKind::Bulk => BASE_PORT..BASE_PORT + t.flows as u16,
+        TrafficKind::Http | TrafficKind::Page | TrafficKind::Interactive => 80..81,
     };
     let sampler = sample_sockets(lab, leg_sender(spec, download), ports);
-    let res = match t.kind.as_str() {
-        "bulk" => bulk(lab, spec, &mut rec, limit_bps, tick),
-        "http" => http(lab, spec, &mut rec, tick),
-        "page" => page(lab, spec, &mut rec, tick),
-        _ => interactive(lab, spec, &mut rec, tick),
+    let res = match t.kind {
+        TrafficKind::Bulk => bulk(lab, spec, &mut rec, limit_bps, tick),
+        TrafficKind::Http => http(lab, spec, &mut rec, tick),
+        TrafficKind::Page => page(lab, spec, &mut rec, tick),
+        TrafficKind::Interactive => interactive(lab, spec, &mut rec, tick),
     };
     rec.sockets = sampler.finish();
     // Each flow's socket counts up; sum the flows' last (largest) counts.
@@ -432,7 +432,7 @@ fn bulk(
     let dur = secs(&spec.duration)?;
     let warm = secs(&spec.warmup)?;
     let stagger = secs(&t.stagger)?;
-    let download = t.direction == "download";
+    let download = t.direction == Direction::Download;
     let (client_host, server_host) = (Host::Client, Host::Server);
     let n = t.flows as usize;
     let mut servers = Vec::new();
