@@ -193,6 +193,105 @@ pub struct UpOptions {
     pub pep: Option<Pep>,
 }
 
+/// How traffic crosses the link: the one place that knows the PEP modes (scenario files'
+/// `pep.mode` and `satpep lab up --pep`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PepMode {
+    /// End to end: the hosts' own TCP across the link (terminal and gateway are routers).
+    #[default]
+    None,
+    /// Split TCP at both ends (or the terminal only), one controller on the satellite leg.
+    Split,
+    /// Split TCP whose satellite-leg controller the proxy chooses per connection.
+    Adaptive,
+    /// Every flow in one encrypted QUIC connection between the two proxies.
+    Tunnel,
+}
+
+/// A setting that does not fit the PEP mode: which one, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PepError {
+    /// `cc`, `terminal_only` or `handshake`.
+    pub key: &'static str,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+impl PepMode {
+    /// Whether the satellite leg is the proxies' own TCP (split or adaptive).
+    pub fn splits(self) -> bool {
+        matches!(self, PepMode::Split | PepMode::Adaptive)
+    }
+
+    /// The lab's PEP for this mode: `cc` is the satellite leg's controller (split) or the
+    /// tunnel's (default satellite); None for end to end.
+    pub fn pep(
+        self,
+        cc: Option<String>,
+        terminal_only: bool,
+        handshake: Option<String>,
+        told: Told,
+    ) -> Result<Option<Pep>, PepError> {
+        let err = |key, why: &str| {
+            Err(PepError {
+                key,
+                why: why.into(),
+            })
+        };
+        if let Some(h) = handshake
+            .as_deref()
+            .filter(|h| !["fast", "strict"].contains(h))
+        {
+            return err("handshake", &format!("'{h}': fast or strict"));
+        }
+        let base = Pep {
+            handshake,
+            told,
+            ..Default::default()
+        };
+        Ok(Some(match self {
+            PepMode::None => {
+                for (key, set) in [
+                    ("cc", cc.is_some()),
+                    ("terminal_only", terminal_only),
+                    ("handshake", base.handshake.is_some()),
+                ] {
+                    if set {
+                        return err(key, "needs a PEP mode (split, adaptive or tunnel)");
+                    }
+                }
+                return Ok(None);
+            }
+            PepMode::Split => Pep {
+                cc,
+                terminal_only,
+                ..base
+            },
+            PepMode::Adaptive if cc.is_some() => {
+                return err("cc", "mode adaptive chooses the controller itself")
+            }
+            PepMode::Adaptive => Pep {
+                cc: Some("adaptive".into()),
+                terminal_only,
+                ..base
+            },
+            PepMode::Tunnel if terminal_only => {
+                return err("terminal_only", "is for mode split: a tunnel has two ends")
+            }
+            PepMode::Tunnel => {
+                let t = cc.unwrap_or_else(|| "satellite".into());
+                satpep_tunnel::congestion::Algorithm::parse(&t)
+                    .map_err(|why| PepError { key: "cc", why })?;
+                Pep {
+                    tunnel: Some(t),
+                    ..base
+                }
+            }
+        }))
+    }
+}
+
 /// PEP settings of a lab.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pep {

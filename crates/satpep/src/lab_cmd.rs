@@ -1,7 +1,7 @@
 //! `satpep lab`: build, use and remove testbeds, and run experiments on them.
 
 use clap::{Args, Subcommand};
-use satpep_lab::topology::{self, Host, Lab, UpOptions};
+use satpep_lab::topology::{self, Host, Lab, PepMode, UpOptions};
 use satpep_link::cli::LinkArgs;
 use std::os::unix::process::CommandExt;
 
@@ -38,10 +38,11 @@ enum LabSub {
         #[arg(long)]
         no_check: bool,
         /// PEP mode: none (terminal and gateway are plain routers), split (satpep proxy on
-        /// both, each sending over the satellite with its own congestion control) or tunnel
-        /// (the terminal carries every flow to the gateway in one encrypted QUIC connection).
-        #[arg(long, value_name = "MODE", default_value = "none")]
-        pep: String,
+        /// both, each sending over the satellite with its own congestion control), adaptive
+        /// (split, the controller chosen per connection) or tunnel (the terminal carries every
+        /// flow to the gateway in one encrypted QUIC connection).
+        #[arg(long, value_name = "MODE", value_enum, default_value_t = PepMode::None)]
+        pep: PepMode,
         /// Congestion control of the PEPs' satellite legs: a kernel one (cubic, bbr, reno),
         /// one of satpep's (satpep_hybla, satpep_tarang, …; loaded and pinned if needed), or
         /// `adaptive` (chosen per connection from the path's class). With --pep tunnel: the
@@ -153,40 +154,9 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             let cfg = spec.resolve()?;
             let told = satpep_lab::topology::Told::parse(&tell_pep, || Ok(cfg.clone()))
                 .map_err(|e| format!("--tell-pep: {e}"))?;
-            let pep = match pep.as_str() {
-                "none" if cc.is_some() => {
-                    return Err("--cc needs a PEP mode (--pep split or tunnel)".into())
-                }
-                "none" if handshake.is_some() => {
-                    return Err("--handshake needs a PEP mode (--pep split or tunnel)".into())
-                }
-                "none" if terminal_only => {
-                    return Err("--terminal-only needs a PEP mode (--pep split or tunnel)".into())
-                }
-                "none" => None,
-                "split" => Some(satpep_lab::topology::Pep {
-                    cc,
-                    terminal_only,
-                    handshake,
-                    told,
-                    ..Default::default()
-                }),
-                "tunnel" if terminal_only => {
-                    return Err("--terminal-only is for --pep split: a tunnel has two ends".into())
-                }
-                "tunnel" => {
-                    let t = cc.unwrap_or("satellite".into());
-                    satpep_tunnel::congestion::Algorithm::parse(&t)
-                        .map_err(|e| format!("--cc: {e}"))?;
-                    Some(satpep_lab::topology::Pep {
-                        tunnel: Some(t),
-                        handshake,
-                        told,
-                        ..Default::default()
-                    })
-                }
-                other => return Err(format!("unknown PEP mode '{other}' (none, split, tunnel)")),
-            };
+            let pep = pep
+                .pep(cc, terminal_only, handshake, told)
+                .map_err(|e| format!("--{}: {}", e.key.replace('_', "-"), e.why))?;
             let opts = UpOptions {
                 check: !no_check,
                 pep,

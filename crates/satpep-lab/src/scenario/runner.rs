@@ -3,7 +3,7 @@
 
 use super::hosts::HostTuner;
 use super::report;
-use super::spec::{CellSpec, PepMode, Scenario};
+use super::spec::{CellSpec, Scenario};
 use super::traffic::{run_once, RunRecord};
 use crate::progress::Progress;
 use crate::topology::{Host, Lab, Pep, UpOptions};
@@ -44,31 +44,8 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
 }
 
 fn pep_of(spec: &CellSpec) -> Option<Pep> {
-    let p = &spec.pep;
     // Checked with the scenario, before any lab was built.
-    let told = spec.told().unwrap_or_default();
-    match p.mode {
-        PepMode::Split => Some(Pep {
-            cc: p.cc.clone(),
-            terminal_only: p.terminal_only,
-            handshake: p.handshake.clone(),
-            told: told.clone(),
-            ..Default::default()
-        }),
-        PepMode::Adaptive => Some(Pep {
-            cc: Some("adaptive".into()),
-            handshake: p.handshake.clone(),
-            told: told.clone(),
-            ..Default::default()
-        }),
-        PepMode::Tunnel => Some(Pep {
-            tunnel: Some(p.cc.clone().unwrap_or_else(|| "satellite".into())),
-            handshake: p.handshake.clone(),
-            told: told.clone(),
-            ..Default::default()
-        }),
-        PepMode::None => None,
-    }
+    spec.pep().ok().flatten()
 }
 
 fn run_path(out: &Path, cell: usize, rep: u32) -> PathBuf {

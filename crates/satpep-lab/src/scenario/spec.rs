@@ -8,6 +8,7 @@
 //! setting can be swept and a bad one is reported with the config and point it came from.
 //! `[quick]` is laid over the whole document when `--quick` is given.
 
+pub use crate::topology::PepMode;
 use satpep_link::config::LinkSpec;
 use satpep_link::units::parse_duration_ns;
 use serde::{Deserialize, Serialize};
@@ -229,28 +230,6 @@ fn one() -> u32 {
 }
 fn one_u64() -> u64 {
     1
-}
-
-/// How a cell's traffic crosses the link: the one place that knows the PEP modes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PepMode {
-    /// End to end: the hosts' own TCP across the link.
-    #[default]
-    None,
-    /// Split TCP at both ends (or the terminal only), one controller on the satellite leg.
-    Split,
-    /// Split TCP whose satellite-leg controller the proxy chooses per connection.
-    Adaptive,
-    /// Every flow in one QUIC connection between the two proxies.
-    Tunnel,
-}
-
-impl PepMode {
-    /// Whether the satellite leg is the proxies' own TCP (split or adaptive).
-    pub fn splits(self) -> bool {
-        matches!(self, PepMode::Split | PepMode::Adaptive)
-    }
 }
 
 /// What a cell's traffic is.
@@ -577,6 +556,19 @@ impl CellSpec {
             .map_err(|e| format!("pep.told: {e}"))
     }
 
+    /// The lab's PEP for this cell (None: end to end), or what in `pep` does not fit.
+    pub fn pep(&self) -> Result<Option<crate::topology::Pep>, String> {
+        let p = &self.pep;
+        p.mode
+            .pep(
+                p.cc.clone(),
+                p.terminal_only,
+                p.handshake.clone(),
+                self.told()?,
+            )
+            .map_err(|e| format!("pep.{}: {}", e.key, e.why))
+    }
+
     /// The link as the emulator runs it.
     pub fn link_spec(&self) -> Result<LinkSpec, String> {
         LinkSpec::layered(&[&self.link])
@@ -607,33 +599,7 @@ impl CellSpec {
         self.link_spec()
             .and_then(|l| l.resolve())
             .map_err(|e| format!("link: {e}"))?;
-        let p = &self.pep;
-        match p.mode {
-            PepMode::None => {
-                if p.cc.is_some() || p.terminal_only || p.handshake.is_some() {
-                    return Err("pep.cc, pep.terminal_only and pep.handshake need pep.mode split, tunnel or adaptive".into());
-                }
-            }
-            PepMode::Split => {}
-            PepMode::Adaptive => {
-                if p.cc.is_some() {
-                    return Err("pep.cc: mode adaptive chooses the controller itself".into());
-                }
-            }
-            PepMode::Tunnel => {
-                if p.terminal_only {
-                    return Err("pep.terminal_only is for mode split: a tunnel has two ends".into());
-                }
-                satpep_tunnel::congestion::Algorithm::parse(p.cc.as_deref().unwrap_or("satellite"))
-                    .map_err(|e| format!("pep.cc: {e}"))?;
-            }
-        }
-        if let Some(h) = &p.handshake {
-            if h != "fast" && h != "strict" {
-                return Err(format!("pep.handshake '{h}': fast or strict"));
-            }
-        }
-        self.told()?;
+        self.pep()?;
         super::beside::check(self)?;
         for host in crate::Host::ALL {
             let h = self.host(host);
