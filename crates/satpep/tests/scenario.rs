@@ -5,7 +5,7 @@ mod common;
 
 use common::{namespaces_with, require_root, satpep};
 use satpep_lab::scenario::hosts::HostTuner;
-use satpep_lab::scenario::spec::HostTcp;
+use satpep_lab::scenario::spec::{HostTcp, Size};
 use satpep_lab::Host;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -386,7 +386,7 @@ fn host_settings_are_applied_and_undone() {
         timestamps: Some(false),
         initcwnd: Some(4),
         mss: Some(1000),
-        rmem_max: Some("64KB".into()),
+        rmem_max: Some(Size::parse("64KB").unwrap()),
         cc: Some("reno".into()),
         quickack: Some(true),
         ..Default::default()

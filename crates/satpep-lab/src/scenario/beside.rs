@@ -3,7 +3,7 @@
 //! end-to-end TCP flow (the share each gets) and small request/responses through the PEP
 //! (their response time).
 
-use super::spec::{parse_size, secs, CellSpec};
+use super::spec::CellSpec;
 use crate::http::HttpServer;
 use crate::iperf::Server;
 use crate::topology::{Host, Lab, SERVER_V4};
@@ -201,7 +201,8 @@ impl Beside {
             }
         }
         if let Some(size) = &t.requests {
-            let started = parse_size(size).and_then(|size| {
+            let size = size.bytes();
+            let started = (|| {
                 let server = HttpServer::start(lab, Host::Server, &[("rr.bin", size as usize)])?;
                 let url = format!("http://{SERVER_V4}/rr.bin");
                 // One request a second on one keep-alive connection, for the whole run.
@@ -224,8 +225,8 @@ impl Beside {
                     .stderr(Stdio::null())
                     .spawn()
                     .map_err(|e| format!("cannot start curl: {e}"))?;
-                Ok((server, child, size))
-            });
+                Ok::<_, String>((server, child, size))
+            })();
             match started {
                 Ok(x) => b.requests = Some(x),
                 Err(e) => b.errors.push(format!("requests: {e}")),
@@ -379,10 +380,6 @@ pub fn check(spec: &CellSpec) -> Result<(), String> {
     if let Some(r) = &t.cross_udp {
         satpep_link::units::parse_rate(r).map_err(|e| format!("traffic.cross_udp: {e}"))?;
     }
-    if let Some(s) = &t.requests {
-        parse_size(s).map_err(|e| format!("traffic.requests: {e}"))?;
-    }
-    secs(&spec.duration)?;
     Ok(())
 }
 

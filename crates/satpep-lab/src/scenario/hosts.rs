@@ -3,7 +3,7 @@
 //! quick ACKs). Every cell sets every managed key, to its own value or to the value the
 //! namespace had before the first cell, so nothing leaks from one cell into the next.
 
-use super::spec::{parse_size, HostTcp};
+use super::spec::{HostTcp, Size};
 use crate::sys::run;
 use crate::topology::{ensure_cc, Host, Lab};
 use std::collections::HashMap;
@@ -67,10 +67,10 @@ impl HostTuner {
             Some(false) => "0".to_string(),
             None => def(k),
         };
-        let with_max = |max: &Option<String>, k: &'static str| -> Result<String, String> {
+        let with_max = |max: &Option<Size>, k: &'static str| -> Result<String, String> {
             let d = def(k);
             let Some(m) = max else { return Ok(d) };
-            let m = parse_size(m)?;
+            let m = m.bytes();
             let v: Vec<u64> = d.split(' ').filter_map(|x| x.parse().ok()).collect();
             let (min, mid) = (
                 v.first().copied().unwrap_or(4096),

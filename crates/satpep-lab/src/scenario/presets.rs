@@ -31,10 +31,7 @@ mod tests {
         let runs = |sc: &Scenario| -> f64 {
             sc.cells
                 .iter()
-                .map(|c| {
-                    c.spec.repetitions as f64
-                        * crate::scenario::spec::secs(&c.spec.duration).unwrap()
-                })
+                .map(|c| c.spec.repetitions as f64 * c.spec.duration.secs())
                 .sum()
         };
         for (name, _, text) in PRESETS {

@@ -131,8 +131,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
         );
     }
     if !todo.is_empty() {
-        let step = sc.cells[todo[0].0].spec.duration.clone();
-        let step_s = super::spec::secs(&step).unwrap_or(30.0) + 4.0;
+        let step_s = sc.cells[todo[0].0].spec.duration.secs() + 4.0;
         let progress = Progress::new(todo.len(), step_s, opts.quiet);
         let first = &sc.cells[todo[0].0].spec;
         let name = format!("sc-{}", std::process::id());

@@ -189,16 +189,94 @@ pub fn fmt_value(v: &Value) -> String {
     }
 }
 
+/// A duration as written ("30s", "500ms"), parsed once, when the scenario is read, with the
+/// link crate's units; it is written back as it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Span {
+    text: String,
+    secs: f64,
+}
+
+impl Span {
+    /// Parses `s`.
+    pub fn parse(s: &str) -> Result<Span, String> {
+        let ns = parse_duration_ns(s).map_err(|e| e.to_string())?;
+        Ok(Span {
+            text: s.to_string(),
+            secs: ns as f64 / 1e9,
+        })
+    }
+
+    /// Seconds.
+    pub fn secs(&self) -> f64 {
+        self.secs
+    }
+}
+
+impl std::fmt::Display for Span {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A size in bytes as written ("64KB", "1.5MiB", "512B"), parsed once with the link crate's
+/// units; between 1 B and 1 TB.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Size {
+    text: String,
+    bytes: u64,
+}
+
+impl Size {
+    /// Parses `s`.
+    pub fn parse(s: &str) -> Result<Size, String> {
+        let bytes = parse_size(s)?;
+        Ok(Size {
+            text: s.to_string(),
+            bytes,
+        })
+    }
+
+    /// Bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+macro_rules! text_serde {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.text)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                <$t>::parse(&text).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+text_serde!(Span);
+text_serde!(Size);
+
 /// Everything one cell runs with.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CellSpec {
     /// Length of each bulk transfer, e.g. "30s" (other kinds: their time limit).
     #[serde(default = "default_duration")]
-    pub duration: String,
+    pub duration: Span,
     /// Start of the measured part of a bulk transfer (goodput leaves out the warm-up).
     #[serde(default = "zero")]
-    pub warmup: String,
+    pub warmup: Span,
     /// Runs per cell (mean, standard deviation and 95 % interval are over these).
     #[serde(default = "one")]
     pub repetitions: u32,
@@ -219,11 +297,11 @@ pub struct CellSpec {
     pub traffic: TrafficSpec,
 }
 
-fn default_duration() -> String {
-    "30s".into()
+fn default_duration() -> Span {
+    Span::parse("30s").expect("a valid duration")
 }
-fn zero() -> String {
-    "0s".into()
+fn zero() -> Span {
+    Span::parse("0s").expect("a valid duration")
 }
 fn one() -> u32 {
     1
@@ -326,9 +404,9 @@ pub struct HostTcp {
     /// Initial receive window in segments (route initrwnd).
     pub initrwnd: Option<u32>,
     /// Largest receive buffer, e.g. "64KB" (net.ipv4.tcp_rmem's maximum).
-    pub rmem_max: Option<String>,
+    pub rmem_max: Option<Size>,
     /// Largest send buffer (net.ipv4.tcp_wmem's maximum).
-    pub wmem_max: Option<String>,
+    pub wmem_max: Option<Size>,
     /// The host's own congestion control (net.ipv4.tcp_congestion_control).
     pub cc: Option<String>,
     /// MSS advertised to peers, bytes (route advmss).
@@ -392,7 +470,7 @@ pub struct TrafficSpec {
     pub flows: u32,
     /// bulk: delay between flow starts; all flows end together.
     #[serde(default = "zero")]
-    pub stagger: String,
+    pub stagger: Span,
     /// bulk: the senders' congestion controls, one per flow (cycled); default the host's.
     #[serde(default)]
     pub cc: Vec<String>,
@@ -401,17 +479,17 @@ pub struct TrafficSpec {
     pub direction: Direction,
     /// bulk: socket buffer (iperf3 -w), which caps the window, e.g. "64KB".
     #[serde(default)]
-    pub window: Option<String>,
+    pub window: Option<Size>,
     /// http: file size, e.g. "100KB"; interactive: response size.
     #[serde(default)]
-    pub size: Option<String>,
+    pub size: Option<Size>,
     /// http: downloads per repetition, one after another, each on a new connection;
     /// interactive: requests.
     #[serde(default = "one")]
     pub count: u32,
     /// page: object sizes, the first one being the HTML document fetched first.
     #[serde(default)]
-    pub objects: Vec<String>,
+    pub objects: Vec<Size>,
     /// page: parallel connections for the objects after the first.
     #[serde(default = "one")]
     pub connections: u32,
@@ -430,7 +508,7 @@ pub struct TrafficSpec {
     /// bulk: small request/responses beside the transfer, one a second on one keep-alive
     /// connection through the PEP, each fetching a file of this size, e.g. "1KB".
     #[serde(default)]
-    pub requests: Option<String>,
+    pub requests: Option<Size>,
 }
 
 impl Default for TrafficSpec {
@@ -484,35 +562,14 @@ impl Metric {
     }
 }
 
-/// A parsed size in bytes ("64KB", "1MB", "100B", "1.5MiB", or a bare number).
+/// A size in bytes ("64KB", "1MB", "100B", "1.5MiB", or a bare number) with the link
+/// crate's units, between 1 B and 1 TB.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (e.g. 100KB, 1MB, 512B)"))?;
-    let mult = match unit.trim() {
-        "" | "B" => 1.0,
-        "KB" | "kB" | "K" | "k" => 1e3,
-        "MB" | "M" => 1e6,
-        "GB" | "G" => 1e9,
-        "KiB" => 1024.0,
-        "MiB" => 1048576.0,
-        "GiB" => 1073741824.0,
-        u => {
-            return Err(format!(
-                "'{s}': unknown size unit '{u}' (B, KB, MB, GB, KiB, MiB, GiB)"
-            ))
-        }
-    };
-    let v = n * mult;
-    if !(1.0..=1e12).contains(&v) {
+    let v = satpep_link::units::parse_size(s).map_err(|e| e.to_string())?;
+    if !(1..=1_000_000_000_000).contains(&v) {
         return Err(format!("'{s}': a size must be between 1 B and 1 TB"));
     }
-    Ok(v.round() as u64)
+    Ok(v)
 }
 
 /// Seconds in a duration string.
@@ -545,9 +602,9 @@ impl CellSpec {
     }
 
     /// The link with its preset applied.
-    /// The warm-up, seconds (0 if unreadable; checked with the scenario).
+    /// The warm-up, seconds.
     pub fn warmup_s(&self) -> f64 {
-        secs(&self.warmup).unwrap_or(0.0)
+        self.warmup.secs()
     }
 
     /// What the proxies are told about the link, from `pep.told`.
@@ -576,15 +633,14 @@ impl CellSpec {
 
     /// Checks everything that can be checked before a lab exists.
     pub fn check(&self) -> Result<(), String> {
-        let d = secs(&self.duration).map_err(|e| format!("duration: {e}"))?;
+        let d = self.duration.secs();
         if !(1.0..=86_400.0).contains(&d) {
             return Err(format!(
                 "duration '{}': must be between 1 s and 24 h",
                 self.duration
             ));
         }
-        let w = secs(&self.warmup).map_err(|e| format!("warmup: {e}"))?;
-        if w >= d {
+        if self.warmup.secs() >= d {
             return Err(format!(
                 "warmup '{}' must be shorter than duration '{}'",
                 self.warmup, self.duration
@@ -606,8 +662,7 @@ impl CellSpec {
             let n = host.name();
             for (k, v) in [("rmem_max", &h.rmem_max), ("wmem_max", &h.wmem_max)] {
                 if let Some(v) = v {
-                    let b = parse_size(v).map_err(|e| format!("hosts.{n}.{k}: {e}"))?;
-                    if !(4096..=1 << 31).contains(&b) {
+                    if !(4096..=1 << 31).contains(&v.bytes()) {
                         return Err(format!("hosts.{n}.{k} '{v}': between 4 KB and 2 GB"));
                     }
                 }
@@ -660,8 +715,7 @@ impl CellSpec {
                 if !(1..=64).contains(&t.flows) {
                     return Err(format!("flows = {}: between 1 and 64", t.flows));
                 }
-                let st = secs(&t.stagger).map_err(|e| format!("stagger: {e}"))?;
-                let d = secs(&self.duration).unwrap_or(0.0);
+                let (st, d) = (t.stagger.secs(), self.duration.secs());
                 if st * (t.flows as f64 - 1.0) >= d - 1.0 && t.flows > 1 {
                     return Err(format!(
                         "stagger '{}': the last of {} flows would start after the {} run ends",
@@ -671,16 +725,13 @@ impl CellSpec {
                 for cc in &t.cc {
                     check_cc_name(cc).map_err(|e| format!("cc: {e}"))?;
                 }
-                if let Some(w) = &t.window {
-                    parse_size(w).map_err(|e| format!("window: {e}"))?;
-                }
             }
             TrafficKind::Http | TrafficKind::Interactive => {
-                let s = t
-                    .size
-                    .as_ref()
-                    .ok_or_else(|| format!("size: kind \"{kind}\" needs a size, e.g. \"100KB\""))?;
-                parse_size(s).map_err(|e| format!("size: {e}"))?;
+                if t.size.is_none() {
+                    return Err(format!(
+                        "size: kind \"{kind}\" needs a size, e.g. \"100KB\""
+                    ));
+                }
                 if !(1..=10_000).contains(&t.count) {
                     return Err(format!("count = {}: between 1 and 10000", t.count));
                 }
@@ -688,9 +739,6 @@ impl CellSpec {
             TrafficKind::Page => {
                 if t.objects.is_empty() {
                     return Err("objects: a page needs at least its HTML document's size".into());
-                }
-                for o in &t.objects {
-                    parse_size(o).map_err(|e| format!("objects: {e}"))?;
                 }
                 if !(1..=64).contains(&t.connections) {
                     return Err(format!("connections = {}: between 1 and 64", t.connections));

@@ -2,7 +2,7 @@
 //! satellite-leg sender's congestion window and RTT (`ss -ti`), and the emulator's counters.
 
 use super::beside::{Beside, BesideRecord};
-use super::spec::{parse_size, secs, CellSpec, Direction, TrafficKind};
+use super::spec::{CellSpec, Direction, Size, TrafficKind};
 use crate::http::{finish_fetch, spawn_fetch, HttpServer};
 use crate::iperf::Server;
 use crate::topology::{Host, Lab, SERVER_V4};
@@ -429,9 +429,9 @@ fn bulk(
     tick: &mut dyn FnMut(f64),
 ) -> Result<(), String> {
     let t = &spec.traffic;
-    let dur = secs(&spec.duration)?;
-    let warm = secs(&spec.warmup)?;
-    let stagger = secs(&t.stagger)?;
+    let dur = spec.duration.secs();
+    let warm = spec.warmup.secs();
+    let stagger = t.stagger.secs();
     let download = t.direction == Direction::Download;
     let (client_host, server_host) = (Host::Client, Host::Server);
     let n = t.flows as usize;
@@ -493,7 +493,7 @@ fn bulk(
             args.extend(["-C".into(), cc]);
         }
         if let Some(w) = &t.window {
-            args.extend(["-w".into(), parse_size(w)?.to_string()]);
+            args.extend(["-w".into(), w.bytes().to_string()]);
         }
         let child = if server.is_some() {
             lab.command(client_host, "iperf3")
@@ -650,9 +650,9 @@ fn serve_one(
     spec: &CellSpec,
     name: &str,
 ) -> Result<(u64, HttpServer, u32, String), String> {
-    let size = parse_size(spec.traffic.size.as_deref().unwrap_or("0"))?;
+    let size = spec.traffic.size.as_ref().map_or(0, Size::bytes);
     let server = HttpServer::start(lab, Host::Server, &[(name, size as usize)])?;
-    let max = secs(&spec.duration)?.ceil() as u32;
+    let max = spec.duration.secs().ceil() as u32;
     Ok((size, server, max, format!("http://{SERVER_V4}/{name}")))
 }
 
@@ -736,11 +736,7 @@ fn page(
     tick: &mut dyn FnMut(f64),
 ) -> Result<(), String> {
     let t = &spec.traffic;
-    let sizes: Vec<u64> = t
-        .objects
-        .iter()
-        .map(|o| parse_size(o))
-        .collect::<Result<_, _>>()?;
+    let sizes: Vec<u64> = t.objects.iter().map(Size::bytes).collect();
     let names: Vec<String> = (0..sizes.len()).map(|i| format!("o{i}.bin")).collect();
     let files: Vec<(&str, usize)> = names
         .iter()
@@ -748,7 +744,7 @@ fn page(
         .zip(sizes.iter().map(|&s| s as usize))
         .collect();
     let server = HttpServer::start(lab, Host::Server, &files)?;
-    let max = secs(&spec.duration)?.ceil() as u32;
+    let max = spec.duration.secs().ceil() as u32;
     let start = Instant::now();
     let base = format!("http://{SERVER_V4}/");
     // The document first, then its objects over `connections` parallel connections.
