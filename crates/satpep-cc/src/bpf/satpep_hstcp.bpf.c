@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+// satpep-about: HighSpeed (RFC 3649): Reno below 38 segments, faster growth, gentler decrease above
 /*
  * satpep_hstcp: HighSpeed TCP (RFC 3649, Floyd) as a BPF congestion control.
  *

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+// satpep-about: Hybla: grows per RTT as a connection with RTT0 (25 ms) would; paced
 /*
  * satpep_hybla: TCP Hybla (Caini & Firrincieli 2004) as a BPF congestion control.
  *

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+// satpep-about: satellite: rate x (base RTT + short slack) from measured rate and RTT; ignores random loss, drains queues (split's default)
 /*
  * satpep_sat: the satellite leg's controller for split mode. It is the tunnel's `satellite`
  * controller (crates/satpep-tunnel/src/congestion/satellite.rs, docs/tunnel.md) cut down to

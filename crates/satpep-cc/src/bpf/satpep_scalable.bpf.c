@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+// satpep-about: Scalable: +1 % of cwnd per RTT, -1/8 on loss
 /*
  * satpep_scalable: Scalable TCP (Kelly 2003) as a BPF congestion control.
  *

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+// satpep-about: Tarang: Hybla growth; loss reaction from bandwidth estimate vs capacity
 /*
  * satpep_tarang: Tarang (Vanzara 2017, ch. 3) as a BPF congestion control. It was never
  * released; this follows the thesis's Algorithms 4-6.

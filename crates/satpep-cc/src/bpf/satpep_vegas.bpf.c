@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+// satpep-about: Vegas: keeps 2-4 segments queued at the bottleneck, from RTT growth
 /*
  * satpep_vegas: TCP Vegas (Brakmo & Peterson 1995) as a BPF congestion control; the delay-
  * based control SCPS-TP used.

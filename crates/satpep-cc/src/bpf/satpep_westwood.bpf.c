@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+// satpep-about: Westwood+: Reno growth; after a loss, window = bandwidth estimate x min RTT
 /*
  * satpep_westwood: TCP Westwood+ (Mascolo, Casetti, Gerla, Sanadidi, Wang; Grieco & Mascolo)
  * as a BPF congestion control.
