@@ -42,13 +42,15 @@ const BASE: &str =
 fn bad_scenarios_are_refused_with_the_key_named() {
     let dir = tmpdir("bad");
     let cases: &[(&str, &str)] = &[
-        ("[traffic]\nflowz = 2\n", "traffic.flowz: unknown field"),
+        ("[traffic]\nflowz = 2\n", "traffic: flowz: unknown field"),
         ("[pep]\nmode = \"bogus\"\n", "pep.mode: unknown variant `bogus`"),
-        ("[traffic]\nkind = \"bulkk\"\n", "traffic.kind: unknown variant `bulkk`"),
-        ("[traffic]\ndirection = \"up\"\n", "traffic.direction: unknown variant `up`"),
-        ("[traffic]\nkind = \"http\"\n", "traffic.size"),
-        ("[traffic]\nkind = \"http\"\nsize = \"1KB\"\nflows = 2\n", "traffic.flows: does not apply"),
-        ("[traffic]\nkind = \"page\"\n", "traffic.objects"),
+        ("[traffic]\nkind = \"bulkk\"\n", "traffic: kind: unknown kind `bulkk`"),
+        ("[traffic]\ndirection = \"up\"\n", "traffic: direction: unknown variant `up`"),
+        ("[traffic]\nkind = \"http\"\n", "traffic: missing field `size` (kind = \"http\")"),
+        ("[traffic]\nkind = \"http\"\nsize = \"1KB\"\nflows = 2\n", "traffic: flows: unknown field `flows`"),
+        ("[traffic]\nkind = \"page\"\n", "missing field `objects`"),
+        ("[traffic]\nkind = \"page\"\nobjects = []\n", "traffic.objects: a page needs"),
+        ("[traffic]\nkind = \"http\"\nsize = \"1KB\"\nprobe = true\n", "traffic: probe: unknown field"),
         ("[hosts.client]\ninitcwnd = 0\n", "hosts.client.initcwnd"),
         ("[hosts.server]\nrmem_max = \"lots\"\n", "hosts.server.rmem_max"),
         ("[hosts.server]\ncc = \"no such cc!\"\n", "hosts.server.cc"),
@@ -103,6 +105,7 @@ title = "small test scenario"
 reproduces = "nothing"
 duration = "3s"
 seed = 7
+pcap = true
 
 [link]
 both = { rate = "20Mbit", delay = "25ms" }
@@ -301,6 +304,22 @@ fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
         let m = std::fs::metadata(out.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert!(m.len() > 0, "{f} is empty");
     }
+    // Every run's capture: a pcap file (either byte order) holding frames.
+    for run in runs_in(&out) {
+        let f = out.join("pcap").join(run.replace(".json", ".pcap"));
+        let b = std::fs::read(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(
+            b.starts_with(&[0xd4, 0xc3, 0xb2, 0xa1]) || b.starts_with(&[0xa1, 0xb2, 0xc3, 0xd4]),
+            "{} is not a pcap file",
+            f.display()
+        );
+        assert!(
+            b.len() > 24 + 100 * 16,
+            "{}: {} bytes",
+            f.display(),
+            b.len()
+        );
+    }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
         md.contains(&format!(
@@ -320,6 +339,17 @@ fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
         !html.contains("src="),
         "the HTML report must be self-contained"
     );
+    // Distributions of the completion and response times, and the configurations' goodput
+    // overlaid per BER.
+    for f in [
+        "cdf-http-time-0.png",
+        "cdf-rr-time-0.svg",
+        "series/overlay-bulk-0.svg",
+    ] {
+        let m = std::fs::metadata(out.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(m.len() > 1000, "{f} is nearly empty");
+    }
+    assert!(md.contains("p50 / p95 / p99"), "{md}");
     let png = std::fs::read(out.join("metric-bulk.png")).unwrap();
     assert_eq!(&png[1..4], b"PNG");
     assert_eq!(
@@ -329,6 +359,20 @@ fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
             .count(),
         8
     );
+    // Every figure's column names its unit.
+    let head = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let head = head.lines().next().unwrap();
+    for col in [
+        "goodput_bps_mean",
+        "time_s_p99",
+        "utilization_frac",
+        "queue_p95_ms",
+    ] {
+        assert!(
+            head.split(',').any(|c| c == col),
+            "summary.csv: no {col} in {head}"
+        );
+    }
 
     // Another scenario in the same directory is refused, --fresh replaces it.
     let other = SMALL.replace("count = 5", "count = 6");

@@ -3,7 +3,7 @@
 //! end-to-end TCP flow (the share each gets) and small request/responses through the PEP
 //! (their response time).
 
-use super::spec::CellSpec;
+use super::kinds::bulk::Bulk;
 use crate::http::HttpServer;
 use crate::iperf::Server;
 use crate::topology::{Host, Lab, SERVER_V4};
@@ -132,10 +132,9 @@ fn iperf_client(lab: &Lab, port: u16, run_s: u32, extra: &[String]) -> Result<Ch
 }
 
 impl Beside {
-    /// Starts what `spec.traffic` asks for beside a bulk run of `dur` seconds. Failures to
-    /// start are recorded, not fatal: the bulk run goes on.
-    pub fn start(lab: &Lab, spec: &CellSpec, dur: f64) -> Beside {
-        let t = &spec.traffic;
+    /// Starts what `t` asks for beside its run of `dur` seconds. Failures to start are
+    /// recorded, not fatal: the bulk run goes on.
+    pub fn start(lab: &Lab, t: &Bulk, dur: f64) -> Beside {
         let uptime0 = lab.link_stats().ok().map(|s| s.uptime_s);
         let mut b = Beside {
             ping: None,
@@ -366,21 +365,6 @@ pub fn base_rtt_ms(cfg: &satpep_link::config::LinkConfig, t: f64) -> f64 {
     let ns = t * 1e9;
     let ser = |d: &satpep_link::config::DirectionConfig| PROBE_FRAME * 8.0 / d.rate.max_bps() * 1e3;
     (cfg.ret.delay.at(ns) + cfg.forward.delay.at(ns)) / 1e6 + ser(&cfg.ret) + ser(&cfg.forward)
-}
-
-/// Checks the beside keys of `spec.traffic` before any lab is built.
-pub fn check(spec: &CellSpec) -> Result<(), String> {
-    let t = &spec.traffic;
-    if t.runs_beside() && t.kind != super::spec::TrafficKind::Bulk {
-        return Err(
-            "traffic.probe, cross_udp, competing and requests run beside a bulk transfer (kind = \"bulk\")"
-                .into(),
-        );
-    }
-    if let Some(r) = &t.cross_udp {
-        satpep_link::units::parse_rate(r).map_err(|e| format!("traffic.cross_udp: {e}"))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -3,7 +3,10 @@
 //! and HTML. Presets reproduce the source documents' experiments.
 
 pub mod beside;
+pub mod capture;
+pub mod doc;
 pub mod hosts;
+pub mod kinds;
 pub mod plot;
 pub mod presets;
 pub mod provenance;

@@ -390,6 +390,62 @@ mod tests {
     }
 
     #[test]
+    fn every_plot_kind_draws_its_lines_in_their_colours() {
+        init_font().unwrap();
+        let (w, h) = (600u32, 400u32);
+        let ramp = |n: &str, k: f64| Line {
+            name: n.into(),
+            points: (1..40).map(|i| (i as f64, k * i as f64, 0.0)).collect(),
+            reference: vec![(10.0, k * 12.0)],
+        };
+        let lines = LinePlot {
+            title: "lines".into(),
+            lines: vec![ramp("a", 1.0), ramp("b", 2.0)],
+            ..Default::default()
+        };
+        let log = LinePlot {
+            title: "log axes".into(),
+            log_x: true,
+            log_y: true,
+            lines: vec![Line {
+                name: "a".into(),
+                points: (0..8)
+                    .map(|i| (i as f64 * 0.5 - 2.0, i as f64 * 0.3, 0.0))
+                    .collect(),
+                reference: vec![],
+            }],
+            ..Default::default()
+        };
+        let samples: Vec<f64> = (0..500).map(|i| ((i * 37) % 101) as f64).collect();
+        let cdf = LinePlot {
+            title: "cdf".into(),
+            y_label: "share of samples ≤ x".into(),
+            lines: vec![
+                crate::scenario::report::cdf_line("a", &samples),
+                crate::scenario::report::cdf_line("b", &samples[..100]),
+            ],
+            ..Default::default()
+        };
+        for p in [&lines, &log, &cdf] {
+            let mut rgb = vec![0u8; (w * h * 3) as usize];
+            {
+                let area = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
+                draw_lines(&area, p).unwrap();
+                area.present().unwrap();
+            }
+            for (i, l) in p.lines.iter().enumerate() {
+                let c = Palette99::pick(i).to_rgba().rgb();
+                let n = count(&rgb, c, 1.0);
+                assert!(n > 150, "{}: line {} has {n} pixels", p.title, l.name);
+            }
+        }
+        // The CDF's last point is at 1 whatever the count, and it climbs.
+        let c = &cdf.lines[1].points;
+        assert_eq!(c.last().unwrap().1, 1.0);
+        assert!(c.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
+    }
+
+    #[test]
     fn stacked_panels_are_all_drawn() {
         let line = |n: &str, k: f64| Line {
             name: n.into(),

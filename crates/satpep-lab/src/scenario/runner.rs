@@ -1,6 +1,7 @@
 //! Runs a scenario's cells on one lab, one repetition at a time, each result saved as soon as
 //! it exists, so an interrupted sweep resumes where it stopped.
 
+use super::capture::Capture;
 use super::hosts::HostTuner;
 use super::report;
 use super::spec::{CellSpec, Scenario};
@@ -29,10 +30,10 @@ pub struct RunOptions {
 /// default).
 pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
     let cfg = spec.link_spec()?.resolve()?;
-    let dir = if spec.traffic.direction == super::spec::Direction::Upload {
-        &cfg.ret
-    } else {
+    let dir = if spec.traffic.kind().downloads() {
         &cfg.forward
+    } else {
+        &cfg.ret
     };
     let (c, s) = (spec.host(Host::Client), spec.host(Host::Server));
     let mss = c.mss.unwrap_or(1460).min(s.mss.unwrap_or(1460)) as f64;
@@ -46,6 +47,18 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
 fn pep_of(spec: &CellSpec) -> Option<Pep> {
     // Checked with the scenario, before any lab was built.
     spec.pep().ok().flatten()
+}
+
+/// Removes the runs of an earlier scenario in `out`, with their captures and logs.
+fn discard_runs(out: &Path) {
+    for d in ["runs", "pcap", "logs"] {
+        let _ = std::fs::remove_dir_all(out.join(d));
+    }
+}
+
+/// Where a run's capture goes.
+pub fn pcap_path(out: &Path, cell: usize, rep: u32) -> PathBuf {
+    out.join("pcap").join(format!("c{cell:04}-r{rep:03}.pcap"))
 }
 
 fn run_path(out: &Path, cell: usize, rep: u32) -> PathBuf {
@@ -96,10 +109,10 @@ fn prepare(sc: &Scenario, opts: &RunOptions) -> Result<(), String> {
             ));
         }
         if opts.fresh || !same {
-            let _ = std::fs::remove_dir_all(out.join("runs"));
+            discard_runs(out);
         }
     } else if opts.fresh {
-        let _ = std::fs::remove_dir_all(out.join("runs"));
+        discard_runs(out);
     }
     std::fs::create_dir_all(out.join("runs"))
         .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
@@ -170,13 +183,22 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             }
             let what = format!("{} #{}", cell.describe(sc), rep + 1);
             let limit = tcp_limit_bps(spec)?;
-            let rec = match run_once(&lab, spec, ci, rep, limit, &mut |t| {
+            let capture = match spec.pcap {
+                true => Some(Capture::start(&lab, &pcap_path(&opts.out, ci, rep))),
+                false => None,
+            };
+            let result = run_once(&lab, spec, ci, rep, limit, &mut |t| {
                 progress.tick(i, &what, t)
-            }) {
+            });
+            let capture = capture.map(|c| c.map(Capture::stop));
+            let mut rec = match result {
                 Ok(r) => r,
                 Err(e) if e == "interrupted" => return Err(interrupted(i, todo.len())),
                 Err(e) => return Err(format!("{what}: {e}")),
             };
+            if let Some(Err(e)) = capture {
+                rec.errors.push(format!("pcap: {e}"));
+            }
             let mut summary = match (rec.samples.first(), spec.metric()) {
                 (None, _) => format!("FAILED: {}", rec.errors.join("; ")),
                 (Some(&g), super::spec::Metric::Goodput) => format!(

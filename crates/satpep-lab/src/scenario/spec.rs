@@ -8,6 +8,8 @@
 //! setting can be swept and a bad one is reported with the config and point it came from.
 //! `[quick]` is laid over the whole document when `--quick` is given.
 
+pub use super::kinds::bulk::Direction;
+pub use super::kinds::Traffic;
 pub use crate::topology::PepMode;
 use satpep_link::config::LinkSpec;
 use satpep_link::units::parse_duration_ns;
@@ -283,6 +285,10 @@ pub struct CellSpec {
     /// Seed of the link's loss process; repetition k uses seed + k.
     #[serde(default = "one_u64")]
     pub seed: u64,
+    /// Capture every run's frames on the satellite side (the link's terminal-facing
+    /// interface, headers only) into `pcap/cNNNN-rNNN.pcap` of the results.
+    #[serde(default)]
+    pub pcap: bool,
     /// The link (a `satpep link` configuration: preset, both, forward, return, outage).
     #[serde(default)]
     pub link: LinkSpec,
@@ -294,7 +300,7 @@ pub struct CellSpec {
     pub hosts: HostsSpec,
     /// What runs across the link.
     #[serde(default)]
-    pub traffic: TrafficSpec,
+    pub traffic: Traffic,
 }
 
 fn default_duration() -> Span {
@@ -308,44 +314,6 @@ fn one() -> u32 {
 }
 fn one_u64() -> u64 {
     1
-}
-
-/// What a cell's traffic is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TrafficKind {
-    /// Bulk transfers (iperf3) for `duration`.
-    #[default]
-    Bulk,
-    /// Downloads of one file from nginx with curl, one after another.
-    Http,
-    /// A web page: its HTML document, then its objects over parallel connections.
-    Page,
-    /// Small request/responses on one connection.
-    Interactive,
-}
-
-impl TrafficKind {
-    /// The name in scenario files.
-    pub fn name(self) -> &'static str {
-        match self {
-            TrafficKind::Bulk => "bulk",
-            TrafficKind::Http => "http",
-            TrafficKind::Page => "page",
-            TrafficKind::Interactive => "interactive",
-        }
-    }
-}
-
-/// Which way a bulk transfer goes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    /// The server sends (across the forward link).
-    #[default]
-    Download,
-    /// The client sends (across the return link).
-    Upload,
 }
 
 /// PEP settings of a cell.
@@ -457,89 +425,6 @@ pub struct HostsSpec {
     pub gateway: HostTcp,
 }
 
-/// Traffic of a cell. Which fields apply depends on `kind`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct TrafficSpec {
-    /// bulk (iperf3), http (downloads from nginx with curl), page (a web page of several
-    /// objects) or interactive (small request/responses on one connection).
-    #[serde(default)]
-    pub kind: TrafficKind,
-    /// bulk: number of flows.
-    #[serde(default = "one")]
-    pub flows: u32,
-    /// bulk: delay between flow starts; all flows end together.
-    #[serde(default = "zero")]
-    pub stagger: Span,
-    /// bulk: the senders' congestion controls, one per flow (cycled); default the host's.
-    #[serde(default)]
-    pub cc: Vec<String>,
-    /// bulk: download (server sends) or upload.
-    #[serde(default)]
-    pub direction: Direction,
-    /// bulk: socket buffer (iperf3 -w), which caps the window, e.g. "64KB".
-    #[serde(default)]
-    pub window: Option<Size>,
-    /// http: file size, e.g. "100KB"; interactive: response size.
-    #[serde(default)]
-    pub size: Option<Size>,
-    /// http: downloads per repetition, one after another, each on a new connection;
-    /// interactive: requests.
-    #[serde(default = "one")]
-    pub count: u32,
-    /// page: object sizes, the first one being the HTML document fetched first.
-    #[serde(default)]
-    pub objects: Vec<Size>,
-    /// page: parallel connections for the objects after the first.
-    #[serde(default = "one")]
-    pub connections: u32,
-    /// bulk: a ping probe every 100 ms from the client to the server beside the transfer;
-    /// its RTT above the path's base RTT is the queueing delay it met.
-    #[serde(default)]
-    pub probe: bool,
-    /// bulk: constant-rate UDP cross traffic from the server to the client beside the
-    /// transfer, e.g. "20Mbit" (payload rate); its loss is reported.
-    #[serde(default)]
-    pub cross_udp: Option<String>,
-    /// bulk: a competing end-to-end TCP download beside the transfer (never intercepted by
-    /// a PEP; the server's controller); the shares are reported.
-    #[serde(default)]
-    pub competing: bool,
-    /// bulk: small request/responses beside the transfer, one a second on one keep-alive
-    /// connection through the PEP, each fetching a file of this size, e.g. "1KB".
-    #[serde(default)]
-    pub requests: Option<Size>,
-}
-
-impl Default for TrafficSpec {
-    fn default() -> Self {
-        TrafficSpec {
-            kind: TrafficKind::Bulk,
-            flows: 1,
-            stagger: zero(),
-            cc: Vec::new(),
-            direction: Direction::Download,
-            window: None,
-            size: None,
-            count: 1,
-            objects: Vec::new(),
-            connections: 1,
-            probe: false,
-            cross_udp: None,
-            competing: false,
-            requests: None,
-        }
-    }
-}
-
-impl TrafficSpec {
-    /// Whether anything runs beside the transfer (probe, cross traffic, a competing flow,
-    /// requests).
-    pub fn runs_beside(&self) -> bool {
-        self.probe || self.cross_udp.is_some() || self.competing || self.requests.is_some()
-    }
-}
-
 /// The main metric of a traffic kind: what tables show and plots draw.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum Metric {
@@ -582,11 +467,7 @@ pub fn secs(s: &str) -> Result<f64, String> {
 impl CellSpec {
     /// The main metric of this cell's traffic.
     pub fn metric(&self) -> Metric {
-        match self.traffic.kind {
-            TrafficKind::Bulk => Metric::Goodput,
-            TrafficKind::Interactive => Metric::Latency,
-            TrafficKind::Http | TrafficKind::Page => Metric::Time,
-        }
+        self.traffic.kind().metric()
     }
 
     /// Settings of `host` (client and server include `both`).
@@ -656,7 +537,6 @@ impl CellSpec {
             .and_then(|l| l.resolve())
             .map_err(|e| format!("link: {e}"))?;
         self.pep()?;
-        super::beside::check(self)?;
         for host in crate::Host::ALL {
             let h = self.host(host);
             let n = host.name();
@@ -682,76 +562,16 @@ impl CellSpec {
                 check_cc_name(cc).map_err(|e| format!("hosts.{n}.cc: {e}"))?;
             }
         }
-        self.check_traffic().map_err(|e| format!("traffic.{e}"))
-    }
-
-    fn check_traffic(&self) -> Result<(), String> {
-        let t = &self.traffic;
-        let kind = t.kind.name();
-        let allowed: &[&str] = match t.kind {
-            TrafficKind::Bulk => &["flows", "stagger", "cc", "direction", "window"],
-            TrafficKind::Http | TrafficKind::Interactive => &["size", "count"],
-            TrafficKind::Page => &["objects", "connections"],
-        };
-        let d = TrafficSpec::default();
-        let set: [(&str, bool); 9] = [
-            ("flows", t.flows != d.flows),
-            ("stagger", t.stagger != d.stagger),
-            ("cc", t.cc != d.cc),
-            ("direction", t.direction != d.direction),
-            ("window", t.window.is_some()),
-            ("size", t.size.is_some()),
-            ("count", t.count != d.count),
-            ("objects", !t.objects.is_empty()),
-            ("connections", t.connections != d.connections),
-        ];
-        for (k, is_set) in set {
-            if is_set && !allowed.contains(&k) {
-                return Err(format!("{k}: does not apply to kind = \"{kind}\""));
-            }
-        }
-        match t.kind {
-            TrafficKind::Bulk => {
-                if !(1..=64).contains(&t.flows) {
-                    return Err(format!("flows = {}: between 1 and 64", t.flows));
-                }
-                let (st, d) = (t.stagger.secs(), self.duration.secs());
-                if st * (t.flows as f64 - 1.0) >= d - 1.0 && t.flows > 1 {
-                    return Err(format!(
-                        "stagger '{}': the last of {} flows would start after the {} run ends",
-                        t.stagger, t.flows, self.duration
-                    ));
-                }
-                for cc in &t.cc {
-                    check_cc_name(cc).map_err(|e| format!("cc: {e}"))?;
-                }
-            }
-            TrafficKind::Http | TrafficKind::Interactive => {
-                if t.size.is_none() {
-                    return Err(format!(
-                        "size: kind \"{kind}\" needs a size, e.g. \"100KB\""
-                    ));
-                }
-                if !(1..=10_000).contains(&t.count) {
-                    return Err(format!("count = {}: between 1 and 10000", t.count));
-                }
-            }
-            TrafficKind::Page => {
-                if t.objects.is_empty() {
-                    return Err("objects: a page needs at least its HTML document's size".into());
-                }
-                if !(1..=64).contains(&t.connections) {
-                    return Err(format!("connections = {}: between 1 and 64", t.connections));
-                }
-            }
-        }
-        Ok(())
+        self.traffic
+            .kind()
+            .check(self)
+            .map_err(|e| format!("traffic.{e}"))
     }
 }
 
 /// A congestion control name must look like one; whether it exists is checked when it is used
 /// (satpep's BPF ones are loaded then).
-fn check_cc_name(cc: &str) -> Result<(), String> {
+pub(crate) fn check_cc_name(cc: &str) -> Result<(), String> {
     if cc.is_empty() || cc.len() > 15 || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     {
         return Err(format!("'{cc}' is not a congestion control name"));

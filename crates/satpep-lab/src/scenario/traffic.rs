@@ -1,20 +1,15 @@
 //! One repetition of one cell: the traffic itself (iperf3, nginx + curl), a sampler of the
 //! satellite-leg sender's congestion window and RTT (`ss -ti`), and the emulator's counters.
 
-use super::beside::{Beside, BesideRecord};
-use super::spec::{CellSpec, Direction, Size, TrafficKind};
+use super::beside::BesideRecord;
+use super::spec::CellSpec;
 use crate::http::{finish_fetch, spawn_fetch, HttpServer};
-use crate::iperf::Server;
 use crate::topology::{Host, Lab, SERVER_V4};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// First iperf3 port; flow i uses BASE_PORT + i.
-const BASE_PORT: u16 = 5201;
 
 /// One flow of a bulk run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -127,7 +122,7 @@ pub fn jain(x: &[f64]) -> f64 {
 /// step function with the seconds since the start, until the step says it is done, `limit`
 /// passes, or [`SsPoll::finish`] is called; the step's state comes back from `finish`. The
 /// socket sampler and the first-data watcher run on it.
-struct SsPoll<S> {
+pub(crate) struct SsPoll<S> {
     stop: Arc<AtomicBool>,
     handle: Option<std::thread::JoinHandle<S>>,
 }
@@ -169,7 +164,7 @@ impl<S: Default + Send + 'static> SsPoll<S> {
         }
     }
 
-    fn finish(mut self) -> S {
+    pub(crate) fn finish(mut self) -> S {
         self.stop.store(true, Ordering::Relaxed);
         self.handle
             .take()
@@ -195,7 +190,12 @@ fn sample_sockets(lab: &Lab, host: Host, ports: std::ops::Range<u16>) -> SsPoll<
 /// Watches the receiving host for the first data of the flow on `port`: iperf3's intervals
 /// count from there, seconds after the client started (its control exchange takes about six
 /// round trips, 3.4 s on a GEO path). Its state is the wall clock then, s since the epoch.
-fn watch_first_data(lab: &Lab, host: Host, port: u16, limit: Duration) -> SsPoll<Option<f64>> {
+pub(crate) fn watch_first_data(
+    lab: &Lab,
+    host: Host,
+    port: u16,
+    limit: Duration,
+) -> SsPoll<Option<f64>> {
     SsPoll::start(
         lab,
         host,
@@ -364,19 +364,9 @@ pub fn run_once(
         provenance: Some(super::provenance::Provenance::here()),
     };
     let before = lab.link_stats().ok();
-    let t = &spec.traffic;
-    let download = t.direction == Direction::Download;
-    let ports = match t.kind {
-        TrafficKind::Bulk => BASE_PORT..BASE_PORT + t.flows as u16,
-        TrafficKind::Http | TrafficKind::Page | TrafficKind::Interactive => 80..81,
-    };
-    let sampler = sample_sockets(lab, leg_sender(spec, download), ports);
-    let res = match t.kind {
-        TrafficKind::Bulk => bulk(lab, spec, &mut rec, limit_bps, tick),
-        TrafficKind::Http => http(lab, spec, &mut rec, tick),
-        TrafficKind::Page => page(lab, spec, &mut rec, tick),
-        TrafficKind::Interactive => interactive(lab, spec, &mut rec, tick),
-    };
+    let kind = spec.traffic.kind();
+    let sampler = sample_sockets(lab, leg_sender(spec, kind.downloads()), kind.ports());
+    let res = kind.run(lab, spec, &mut rec, limit_bps, tick);
     rec.sockets = sampler.finish();
     // Each flow's socket counts up; sum the flows' last (largest) counts.
     let mut per_flow = std::collections::BTreeMap::new();
@@ -392,7 +382,7 @@ pub fn run_once(
     Ok(rec)
 }
 
-fn wait_child(
+pub(crate) fn wait_child(
     child: &mut Child,
     deadline: Instant,
     start: Instant,
@@ -421,266 +411,21 @@ fn wait_child(
     }
 }
 
-fn bulk(
-    lab: &Lab,
-    spec: &CellSpec,
-    rec: &mut RunRecord,
-    limit_bps: f64,
-    tick: &mut dyn FnMut(f64),
-) -> Result<(), String> {
-    let t = &spec.traffic;
-    let dur = spec.duration.secs();
-    let warm = spec.warmup.secs();
-    let stagger = t.stagger.secs();
-    let download = t.direction == Direction::Download;
-    let (client_host, server_host) = (Host::Client, Host::Server);
-    let n = t.flows as usize;
-    let mut servers = Vec::new();
-    for i in 0..n {
-        match Server::start(lab, server_host, BASE_PORT + i as u16) {
-            Ok(s) => servers.push(Some(s)),
-            Err(e) => {
-                rec.failures += 1;
-                rec.errors.push(format!("flow {i}: {e}"));
-                servers.push(None);
-            }
-        }
-    }
-    let beside = Beside::start(lab, spec, dur);
-    let receiver = if download { client_host } else { server_host };
-    let first_data = watch_first_data(lab, receiver, BASE_PORT, Duration::from_secs_f64(dur));
-    let start = Instant::now();
-    let mut children: Vec<Option<Child>> = Vec::new();
-    let mut ccs = Vec::new();
-    let mut last_tick = Instant::now();
-    for (i, server) in servers.iter().enumerate() {
-        let at = Duration::from_secs_f64(stagger * i as f64);
-        while start.elapsed() < at {
-            if crate::interrupted() {
-                for c in children.iter_mut().flatten() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return Err("interrupted".into());
-            }
-            if last_tick.elapsed() >= Duration::from_secs(1) {
-                last_tick = Instant::now();
-                tick(start.elapsed().as_secs_f64());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let cc = if t.cc.is_empty() {
-            String::new()
-        } else {
-            t.cc[i % t.cc.len()].clone()
-        };
-        ccs.push(cc.clone());
-        let run_for = (dur - stagger * i as f64).round().max(1.0) as u32;
-        let mut args: Vec<String> = vec![
-            "-c".into(),
-            SERVER_V4.into(),
-            "-p".into(),
-            (BASE_PORT + i as u16).to_string(),
-            "-t".into(),
-            run_for.to_string(),
-            "-J".into(),
-        ];
-        if download {
-            args.push("-R".into());
-        }
-        if !cc.is_empty() {
-            crate::topology::ensure_cc(&cc)?;
-            args.extend(["-C".into(), cc]);
-        }
-        if let Some(w) = &t.window {
-            args.extend(["-w".into(), w.bytes().to_string()]);
-        }
-        let child = if server.is_some() {
-            lab.command(client_host, "iperf3")
-                .args(&args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("cannot start iperf3: {e}"))
-                .ok()
-        } else {
-            None
-        };
-        children.push(child);
-    }
-    // iperf3 ends on its own after -t; allow the queue to drain and slow closes.
-    let deadline = start + Duration::from_secs_f64(dur + 30.0);
-    let mut outputs = Vec::new();
-    for c in children.iter_mut() {
-        match c {
-            Some(ch) => {
-                let done = wait_child(ch, deadline, start, tick)?;
-                outputs.push(Some(done));
-            }
-            None => outputs.push(None),
-        }
-    }
-    let mut flows = Vec::new();
-    for (i, child) in children.into_iter().enumerate() {
-        let start_s = stagger * i as f64;
-        let mut flow = FlowRecord {
-            start_s,
-            cc: ccs[i].clone(),
-            bytes: 0,
-            goodput_bps: 0.0,
-            retransmits: 0,
-            series: Vec::new(),
-        };
-        let (Some(child), Some(done)) = (child, outputs[i]) else {
-            flows.push(flow);
-            continue;
-        };
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
-        let cv: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        let sv = servers[i]
-            .take()
-            .and_then(|s| s.output().ok())
-            .unwrap_or(Value::Null);
-        if !done || cv["error"].is_string() || !out.status.success() {
-            rec.failures += 1;
-            rec.errors.push(format!(
-                "flow {i}: {}",
-                cv["error"].as_str().map(String::from).unwrap_or_else(|| {
-                    if done {
-                        String::from_utf8_lossy(&out.stderr).trim().to_string()
-                    } else {
-                        "iperf3 did not finish".into()
-                    }
-                })
-            ));
-        }
-        let (recv, send) = if download { (&cv, &sv) } else { (&sv, &cv) };
-        flow.series = crate::iperf::intervals(recv)
-            .into_iter()
-            .map(|(end, bytes)| (end + start_s, bytes))
-            .collect();
-        flow.bytes = flow.series.iter().map(|(_, b)| b).sum();
-        flow.retransmits = send["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
-        flows.push(flow);
-    }
-    // Aggregate goodput after the warm-up; per-flow goodput while all flows ran.
-    let all_from = warm.max(stagger * (n as f64 - 1.0));
-    // A flow's last interval is left out: it also holds what was still queued when its
-    // sender stopped, which would count the queue as goodput (as TcpResult::goodput_after).
-    let window = |f: &FlowRecord, from: f64| -> (u64, f64, f64) {
-        let mut prev = f.start_s;
-        let (mut b, mut s, mut last) = (0u64, 0.0, from);
-        let n = f.series.len();
-        for (k, &(end, bytes)) in f.series.iter().enumerate() {
-            if prev >= from - 1e-6 && k + 1 < n {
-                b += bytes;
-                s += end - prev;
-                last = end;
-            }
-            prev = end;
-        }
-        (b, s, last)
-    };
-    // iperf3's intervals count from the first data's arrival, seconds after the client
-    // started; what arrived then passed the emulator one forward delay earlier.
-    let data_epoch = first_data.finish();
-    let total_bytes: u64 = flows.iter().map(|f| window(f, warm).0).sum();
-    let last_end = flows.iter().map(|f| window(f, warm).2).fold(warm, f64::max);
-    let span = (last_end - warm).max(1e-3);
-    let goodput = total_bytes as f64 * 8.0 / span;
-    for f in flows.iter_mut() {
-        let (b, s, _) = window(f, all_from);
-        f.goodput_bps = if s > 0.0 { b as f64 * 8.0 / s } else { 0.0 };
-    }
-    // The link as the emulator runs it, resolved once (traces may be files): the limit's
-    // rate trace and the probe's delay traces are read from it.
-    let cfg = spec.link_spec().and_then(|l| l.resolve());
-    let limit_bps = match &cfg {
-        Ok(cfg) => {
-            let d = if download { &cfg.forward } else { &cfg.ret };
-            // With a rate trace the limit is the trace's mean over the measured span.
-            let at_link = beside
-                .clock()
-                .uptime_at_data(data_epoch)
-                .map(|u| u - d.delay.at(u * 1e9) / 1e9);
-            let limit_bps = match at_link {
-                Some(u0) => {
-                    let (a, b) = ((u0 + warm) * 1e9, (u0 + last_end) * 1e9);
-                    limit_bps * d.rate.mean_bps(a, b) / d.rate.max_bps()
-                }
-                None => limit_bps,
-            };
-            // Cross traffic takes its share of the link first: 1200-byte datagrams in
-            // 1242-byte frames.
-            match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
-                Some(Ok(cross)) => {
-                    limit_bps * (1.0 - cross * 1242.0 / 1200.0 / d.rate.max_bps()).max(0.0)
-                }
-                _ => limit_bps,
-            }
-        }
-        Err(_) => limit_bps,
-    };
-    rec.limit_bps = Some(limit_bps);
-    if rec.failures == 0 {
-        rec.samples.push(goodput);
-        rec.utilization = Some(goodput / limit_bps);
-    }
-    if t.runs_beside() {
-        let base = |u: f64| {
-            cfg.as_ref()
-                .map_or(0.0, |c| super::beside::base_rtt_ms(c, u))
-        };
-        rec.beside = Some(beside.finish(&base, warm, data_epoch, &mut rec.errors));
-    }
-    if n > 1 {
-        rec.jain = Some(jain(
-            &flows.iter().map(|f| f.goodput_bps).collect::<Vec<_>>(),
-        ));
-    }
-    rec.flows = flows;
-    Ok(())
-}
-
-/// Starts nginx serving one file of `traffic.size` called `name`; returns its size, the
-/// server, the time limit (s) and the file's URL.
-fn serve_one(
+/// Starts nginx serving one file of `size` bytes called `name`; returns the server, the time
+/// limit (the cell's duration, s) and the file's URL.
+pub(crate) fn serve_one(
     lab: &Lab,
     spec: &CellSpec,
     name: &str,
-) -> Result<(u64, HttpServer, u32, String), String> {
-    let size = spec.traffic.size.as_ref().map_or(0, Size::bytes);
+    size: u64,
+) -> Result<(HttpServer, u32, String), String> {
     let server = HttpServer::start(lab, Host::Server, &[(name, size as usize)])?;
     let max = spec.duration.secs().ceil() as u32;
-    Ok((size, server, max, format!("http://{SERVER_V4}/{name}")))
-}
-
-fn http(
-    lab: &Lab,
-    spec: &CellSpec,
-    rec: &mut RunRecord,
-    tick: &mut dyn FnMut(f64),
-) -> Result<(), String> {
-    let t = &spec.traffic;
-    let (size, server, max, url) = serve_one(lab, spec, "file.bin")?;
-    let start = Instant::now();
-    for _ in 0..t.count {
-        let f = fetch_checked(lab, &url, size, max, start, tick)?;
-        match f {
-            Ok(s) => rec.samples.push(s),
-            Err(e) => {
-                rec.failures += 1;
-                rec.errors.push(e);
-            }
-        }
-    }
-    drop(server);
-    Ok(())
+    Ok((server, max, format!("http://{SERVER_V4}/{name}")))
 }
 
 /// One curl download, waiting with progress; Ok(Err) when it failed or arrived short.
-fn fetch_checked(
+pub(crate) fn fetch_checked(
     lab: &Lab,
     url: &str,
     size: u64,
@@ -707,7 +452,7 @@ fn fetch_checked(
 
 /// Runs a prepared curl command (its `--max-time` is `max_s`) with progress; returns whether
 /// it ended by itself, and its output.
-fn run_curl(
+pub(crate) fn run_curl(
     mut c: std::process::Command,
     max_s: u32,
     start: Instant,
@@ -727,139 +472,6 @@ fn run_curl(
     )?;
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     Ok((ok, out))
-}
-
-fn page(
-    lab: &Lab,
-    spec: &CellSpec,
-    rec: &mut RunRecord,
-    tick: &mut dyn FnMut(f64),
-) -> Result<(), String> {
-    let t = &spec.traffic;
-    let sizes: Vec<u64> = t.objects.iter().map(Size::bytes).collect();
-    let names: Vec<String> = (0..sizes.len()).map(|i| format!("o{i}.bin")).collect();
-    let files: Vec<(&str, usize)> = names
-        .iter()
-        .map(String::as_str)
-        .zip(sizes.iter().map(|&s| s as usize))
-        .collect();
-    let server = HttpServer::start(lab, Host::Server, &files)?;
-    let max = spec.duration.secs().ceil() as u32;
-    let start = Instant::now();
-    let base = format!("http://{SERVER_V4}/");
-    // The document first, then its objects over `connections` parallel connections.
-    let doc = fetch_checked(
-        lab,
-        &format!("{base}{}", names[0]),
-        sizes[0],
-        max,
-        start,
-        tick,
-    )?;
-    if let Err(e) = doc {
-        rec.failures += 1;
-        rec.errors.push(e);
-        return Ok(());
-    }
-    if sizes.len() > 1 {
-        let mut c = lab.command(Host::Client, "curl");
-        c.args([
-            "-s",
-            "--parallel",
-            "--parallel-max",
-            &t.connections.to_string(),
-            "--max-time",
-            &max.to_string(),
-            "-w",
-            "%{size_download} %{http_code}\n",
-        ]);
-        for n in &names[1..] {
-            c.args(["-o", "/dev/null", &format!("{base}{n}")]);
-        }
-        let (ok, out) = run_curl(c, max, start, tick)?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        // Completion order is not request order: compare the multisets of sizes.
-        let mut got: Vec<u64> = text
-            .lines()
-            .filter(|l| l.ends_with(" 200"))
-            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-            .collect();
-        let mut want = sizes[1..].to_vec();
-        got.sort_unstable();
-        want.sort_unstable();
-        if !ok || !out.status.success() || got != want {
-            rec.failures += 1;
-            rec.errors.push(format!(
-                "page objects: {} of {} arrived whole (curl {})",
-                got.len(),
-                want.len(),
-                out.status
-            ));
-            return Ok(());
-        }
-    }
-    rec.samples.push(start.elapsed().as_secs_f64());
-    drop(server);
-    Ok(())
-}
-
-fn interactive(
-    lab: &Lab,
-    spec: &CellSpec,
-    rec: &mut RunRecord,
-    tick: &mut dyn FnMut(f64),
-) -> Result<(), String> {
-    let t = &spec.traffic;
-    let (size, server, max, url) = serve_one(lab, spec, "r.bin")?;
-    // count + 1 requests on one keep-alive connection; the first also opens it.
-    let mut c = lab.command(Host::Client, "curl");
-    c.args([
-        "-s",
-        "--max-time",
-        &max.to_string(),
-        "-w",
-        "%{time_total} %{size_download} %{http_code} %{num_connects}\n",
-    ]);
-    for _ in 0..=t.count {
-        c.args(["-o", "/dev/null", &url]);
-    }
-    let start = Instant::now();
-    let (ok, out) = run_curl(c, max, start, tick)?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut reconnects = 0;
-    for (k, l) in text.lines().enumerate() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        let (Some(ts), Some(b), Some(code), Some(conn)) = (w.first(), w.get(1), w.get(2), w.get(3))
-        else {
-            continue;
-        };
-        if *code != "200" || b.parse::<u64>().ok() != Some(size) {
-            rec.failures += 1;
-            rec.errors
-                .push(format!("request {k}: HTTP {code}, {b} of {size} bytes"));
-            continue;
-        }
-        if k > 0 {
-            if *conn != "0" {
-                reconnects += 1;
-            }
-            rec.samples.push(ts.parse().unwrap_or(0.0));
-        }
-    }
-    if !ok || rec.samples.len() < t.count as usize {
-        rec.failures += 1;
-        rec.errors.push(format!(
-            "{} of {} responses arrived",
-            rec.samples.len(),
-            t.count
-        ));
-    }
-    if reconnects > 0 {
-        rec.errors
-            .push(format!("{reconnects} requests needed a new connection"));
-    }
-    drop(server);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,360 @@
+//! `kind = "bulk"`: iperf3 transfers for the cell's duration, one server per flow; goodput
+//! after the warm-up, with what runs beside them (probe, requests, UDP cross traffic, a
+//! competing TCP flow).
+
+use super::{check_count, one, Kind};
+use crate::iperf::Server;
+use crate::scenario::beside::Beside;
+use crate::scenario::spec::{CellSpec, Metric, Size, Span};
+use crate::scenario::traffic::{jain, wait_child, watch_first_data, FlowRecord, RunRecord};
+use crate::topology::{Host, Lab, SERVER_V4};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::ops::Range;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// First iperf3 port; flow i uses BASE_PORT + i.
+pub const BASE_PORT: u16 = 5201;
+
+/// Which way a bulk transfer goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// The server sends (across the forward link).
+    #[default]
+    Download,
+    /// The client sends (across the return link).
+    Upload,
+}
+
+/// Bulk transfers, and what runs beside them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bulk {
+    /// Number of flows.
+    #[serde(default = "one")]
+    pub flows: u32,
+    /// Delay between flow starts; all flows end together.
+    #[serde(default = "zero")]
+    pub stagger: Span,
+    /// The senders' congestion controls, one per flow (cycled); default the host's.
+    #[serde(default)]
+    pub cc: Vec<String>,
+    /// download (server sends) or upload.
+    #[serde(default)]
+    pub direction: Direction,
+    /// Socket buffer (iperf3 -w), which caps the window, e.g. "64KB".
+    #[serde(default)]
+    pub window: Option<Size>,
+    /// A ping probe every 100 ms from the client to the server beside the transfer; its RTT
+    /// above the path's base RTT is the queueing delay it met.
+    #[serde(default)]
+    pub probe: bool,
+    /// Constant-rate UDP cross traffic from the server to the client beside the transfer,
+    /// e.g. "20Mbit" (payload rate); its loss is reported.
+    #[serde(default)]
+    pub cross_udp: Option<String>,
+    /// A competing end-to-end TCP download beside the transfer (never intercepted by a PEP;
+    /// the server's controller); the shares are reported.
+    #[serde(default)]
+    pub competing: bool,
+    /// Small request/responses beside the transfer, one a second on one keep-alive
+    /// connection through the PEP, each fetching a file of this size, e.g. "1KB".
+    #[serde(default)]
+    pub requests: Option<Size>,
+}
+
+fn zero() -> Span {
+    Span::parse("0s").expect("a valid duration")
+}
+
+impl Default for Bulk {
+    fn default() -> Self {
+        Bulk {
+            flows: 1,
+            stagger: zero(),
+            cc: Vec::new(),
+            direction: Direction::Download,
+            window: None,
+            probe: false,
+            cross_udp: None,
+            competing: false,
+            requests: None,
+        }
+    }
+}
+
+impl Bulk {
+    /// Whether anything runs beside the transfer (probe, cross traffic, a competing flow,
+    /// requests).
+    pub fn runs_beside(&self) -> bool {
+        self.probe || self.cross_udp.is_some() || self.competing || self.requests.is_some()
+    }
+}
+
+impl Kind for Bulk {
+    fn metric(&self) -> Metric {
+        Metric::Goodput
+    }
+
+    fn check(&self, cell: &CellSpec) -> Result<(), String> {
+        check_count("flows", self.flows, 1, 64)?;
+        let (st, d) = (self.stagger.secs(), cell.duration.secs());
+        if st * (self.flows as f64 - 1.0) >= d - 1.0 && self.flows > 1 {
+            return Err(format!(
+                "stagger '{}': the last of {} flows would start after the {} run ends",
+                self.stagger, self.flows, cell.duration
+            ));
+        }
+        for cc in &self.cc {
+            crate::scenario::spec::check_cc_name(cc).map_err(|e| format!("cc: {e}"))?;
+        }
+        if let Some(r) = &self.cross_udp {
+            satpep_link::units::parse_rate(r).map_err(|e| format!("cross_udp: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn ports(&self) -> Range<u16> {
+        BASE_PORT..BASE_PORT + self.flows as u16
+    }
+
+    fn downloads(&self) -> bool {
+        self.direction == Direction::Download
+    }
+
+    fn run(
+        &self,
+        lab: &Lab,
+        cell: &CellSpec,
+        rec: &mut RunRecord,
+        limit_bps: f64,
+        tick: &mut dyn FnMut(f64),
+    ) -> Result<(), String> {
+        run_bulk(self, lab, cell, rec, limit_bps, tick)
+    }
+}
+
+fn run_bulk(
+    t: &Bulk,
+    lab: &Lab,
+    spec: &CellSpec,
+    rec: &mut RunRecord,
+    limit_bps: f64,
+    tick: &mut dyn FnMut(f64),
+) -> Result<(), String> {
+    let dur = spec.duration.secs();
+    let warm = spec.warmup.secs();
+    let stagger = t.stagger.secs();
+    let download = t.direction == Direction::Download;
+    let (client_host, server_host) = (Host::Client, Host::Server);
+    let n = t.flows as usize;
+    let mut servers = Vec::new();
+    for i in 0..n {
+        match Server::start(lab, server_host, BASE_PORT + i as u16) {
+            Ok(s) => servers.push(Some(s)),
+            Err(e) => {
+                rec.failures += 1;
+                rec.errors.push(format!("flow {i}: {e}"));
+                servers.push(None);
+            }
+        }
+    }
+    let beside = Beside::start(lab, t, dur);
+    let receiver = if download { client_host } else { server_host };
+    let first_data = watch_first_data(lab, receiver, BASE_PORT, Duration::from_secs_f64(dur));
+    let start = Instant::now();
+    let mut children: Vec<Option<Child>> = Vec::new();
+    let mut ccs = Vec::new();
+    let mut last_tick = Instant::now();
+    for (i, server) in servers.iter().enumerate() {
+        let at = Duration::from_secs_f64(stagger * i as f64);
+        while start.elapsed() < at {
+            if crate::interrupted() {
+                for c in children.iter_mut().flatten() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err("interrupted".into());
+            }
+            if last_tick.elapsed() >= Duration::from_secs(1) {
+                last_tick = Instant::now();
+                tick(start.elapsed().as_secs_f64());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let cc = if t.cc.is_empty() {
+            String::new()
+        } else {
+            t.cc[i % t.cc.len()].clone()
+        };
+        ccs.push(cc.clone());
+        let run_for = (dur - stagger * i as f64).round().max(1.0) as u32;
+        let mut args: Vec<String> = vec![
+            "-c".into(),
+            SERVER_V4.into(),
+            "-p".into(),
+            (BASE_PORT + i as u16).to_string(),
+            "-t".into(),
+            run_for.to_string(),
+            "-J".into(),
+        ];
+        if download {
+            args.push("-R".into());
+        }
+        if !cc.is_empty() {
+            crate::topology::ensure_cc(&cc)?;
+            args.extend(["-C".into(), cc]);
+        }
+        if let Some(w) = &t.window {
+            args.extend(["-w".into(), w.bytes().to_string()]);
+        }
+        let child = if server.is_some() {
+            lab.command(client_host, "iperf3")
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start iperf3: {e}"))
+                .ok()
+        } else {
+            None
+        };
+        children.push(child);
+    }
+    // iperf3 ends on its own after -t; allow the queue to drain and slow closes.
+    let deadline = start + Duration::from_secs_f64(dur + 30.0);
+    let mut outputs = Vec::new();
+    for c in children.iter_mut() {
+        match c {
+            Some(ch) => {
+                let done = wait_child(ch, deadline, start, tick)?;
+                outputs.push(Some(done));
+            }
+            None => outputs.push(None),
+        }
+    }
+    let mut flows = Vec::new();
+    for (i, child) in children.into_iter().enumerate() {
+        let start_s = stagger * i as f64;
+        let mut flow = FlowRecord {
+            start_s,
+            cc: ccs[i].clone(),
+            bytes: 0,
+            goodput_bps: 0.0,
+            retransmits: 0,
+            series: Vec::new(),
+        };
+        let (Some(child), Some(done)) = (child, outputs[i]) else {
+            flows.push(flow);
+            continue;
+        };
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let cv: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let sv = servers[i]
+            .take()
+            .and_then(|s| s.output().ok())
+            .unwrap_or(Value::Null);
+        if !done || cv["error"].is_string() || !out.status.success() {
+            rec.failures += 1;
+            rec.errors.push(format!(
+                "flow {i}: {}",
+                cv["error"].as_str().map(String::from).unwrap_or_else(|| {
+                    if done {
+                        String::from_utf8_lossy(&out.stderr).trim().to_string()
+                    } else {
+                        "iperf3 did not finish".into()
+                    }
+                })
+            ));
+        }
+        let (recv, send) = if download { (&cv, &sv) } else { (&sv, &cv) };
+        flow.series = crate::iperf::intervals(recv)
+            .into_iter()
+            .map(|(end, bytes)| (end + start_s, bytes))
+            .collect();
+        flow.bytes = flow.series.iter().map(|(_, b)| b).sum();
+        flow.retransmits = send["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
+        flows.push(flow);
+    }
+    // Aggregate goodput after the warm-up; per-flow goodput while all flows ran.
+    let all_from = warm.max(stagger * (n as f64 - 1.0));
+    // A flow's last interval is left out: it also holds what was still queued when its
+    // sender stopped, which would count the queue as goodput (as TcpResult::goodput_after).
+    let window = |f: &FlowRecord, from: f64| -> (u64, f64, f64) {
+        let mut prev = f.start_s;
+        let (mut b, mut s, mut last) = (0u64, 0.0, from);
+        let n = f.series.len();
+        for (k, &(end, bytes)) in f.series.iter().enumerate() {
+            if prev >= from - 1e-6 && k + 1 < n {
+                b += bytes;
+                s += end - prev;
+                last = end;
+            }
+            prev = end;
+        }
+        (b, s, last)
+    };
+    // iperf3's intervals count from the first data's arrival, seconds after the client
+    // started; what arrived then passed the emulator one forward delay earlier.
+    let data_epoch = first_data.finish();
+    let total_bytes: u64 = flows.iter().map(|f| window(f, warm).0).sum();
+    let last_end = flows.iter().map(|f| window(f, warm).2).fold(warm, f64::max);
+    let span = (last_end - warm).max(1e-3);
+    let goodput = total_bytes as f64 * 8.0 / span;
+    for f in flows.iter_mut() {
+        let (b, s, _) = window(f, all_from);
+        f.goodput_bps = if s > 0.0 { b as f64 * 8.0 / s } else { 0.0 };
+    }
+    // The link as the emulator runs it, resolved once (traces may be files): the limit's
+    // rate trace and the probe's delay traces are read from it.
+    let cfg = spec.link_spec().and_then(|l| l.resolve());
+    let limit_bps = match &cfg {
+        Ok(cfg) => {
+            let d = if download { &cfg.forward } else { &cfg.ret };
+            // With a rate trace the limit is the trace's mean over the measured span.
+            let at_link = beside
+                .clock()
+                .uptime_at_data(data_epoch)
+                .map(|u| u - d.delay.at(u * 1e9) / 1e9);
+            let limit_bps = match at_link {
+                Some(u0) => {
+                    let (a, b) = ((u0 + warm) * 1e9, (u0 + last_end) * 1e9);
+                    limit_bps * d.rate.mean_bps(a, b) / d.rate.max_bps()
+                }
+                None => limit_bps,
+            };
+            // Cross traffic takes its share of the link first: 1200-byte datagrams in
+            // 1242-byte frames.
+            match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
+                Some(Ok(cross)) => {
+                    limit_bps * (1.0 - cross * 1242.0 / 1200.0 / d.rate.max_bps()).max(0.0)
+                }
+                _ => limit_bps,
+            }
+        }
+        Err(_) => limit_bps,
+    };
+    rec.limit_bps = Some(limit_bps);
+    if rec.failures == 0 {
+        rec.samples.push(goodput);
+        rec.utilization = Some(goodput / limit_bps);
+    }
+    if t.runs_beside() {
+        let base = |u: f64| {
+            cfg.as_ref()
+                .map_or(0.0, |c| crate::scenario::beside::base_rtt_ms(c, u))
+        };
+        rec.beside = Some(beside.finish(&base, warm, data_epoch, &mut rec.errors));
+    }
+    if n > 1 {
+        rec.jain = Some(jain(
+            &flows.iter().map(|f| f.goodput_bps).collect::<Vec<_>>(),
+        ));
+    }
+    rec.flows = flows;
+    Ok(())
+}
+
