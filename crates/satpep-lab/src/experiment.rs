@@ -10,11 +10,10 @@ use std::path::PathBuf;
 /// Arguments of `satpep lab run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// A scenario file (FILE.toml), a preset (demo, field, cc-sweep, lawson2006,
-    /// bharadwaj1999, urke2011, shao2002, vanzara2017; `--list` describes them) or a
-    /// benchmark: `link-accuracy` (the emulator's accuracy and CPU, ~11 min),
-    /// `relay-overhead` (split proxy against plain forwarding, ~2 min), `tunnel` (distributed
-    /// mode against end-to-end and split;
+    /// A scenario file (FILE.toml), a preset (demo, field, cc-sweep, relay-overhead,
+    /// lawson2006, bharadwaj1999, urke2011, shao2002, vanzara2017; `--list` describes them)
+    /// or a benchmark: `link-accuracy` (the emulator's accuracy and CPU, ~11 min), `tunnel`
+    /// (distributed mode against end-to-end and split;
     /// ~25 min, --quick ~8), `faults` (the fault matrix; ~13 min, --quick ~70 s) or `load`
     /// (10 000 concurrent connections; --quick 1 000).
     #[arg(required_unless_present = "list")]
@@ -44,9 +43,8 @@ pub struct RunArgs {
     pub fresh: bool,
 }
 
-const BENCHMARKS: [(&str, &str); 5] = [
+const BENCHMARKS: [(&str, &str); 4] = [
     ("link-accuracy", "the emulator's rate, delay and loss accuracy and CPU cost (~11 min)"),
-    ("relay-overhead", "the split proxy's throughput and CPU against plain forwarding (~2 min)"),
     ("tunnel", "distributed mode against end-to-end and split: BER sweep, T1, fetch, overhead, outage (~25 min)"),
     ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~10 min, --quick 1 000)"),
     ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~13 min, --quick ~70 s)"),
@@ -101,7 +99,6 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     let Some(sc) = scenario else {
         return match what.as_str() {
             "link-accuracy" => crate::accuracy::run(&args),
-            "relay-overhead" => crate::relay_bench::run(&args),
             "faults" => crate::faults::run(&args),
             "load" => crate::load_bench::run(&args),
             _ => crate::tunnel_bench::run(&args),

@@ -13,7 +13,6 @@ pub mod faults;
 pub mod http;
 pub mod load_bench;
 pub mod progress;
-pub mod relay_bench;
 pub mod scenario;
 pub mod sink;
 pub mod synflood;

@@ -851,6 +851,8 @@ impl Lab {
     /// get the delay the emulator adds.
     pub fn bridge_link(&mut self) -> Result<(), String> {
         self.stop_emulator();
+        // Bridged already (another cell of a scenario): bridged anew.
+        let _ = run("ip", &["-n", &self.ns(Host::Link), "link", "del", "br0"]);
         ip_batch(
             Some(&self.ns(Host::Link)),
             &[

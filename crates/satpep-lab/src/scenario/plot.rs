@@ -292,11 +292,19 @@ pub fn write_line_plot(base: &Path, p: &LinePlot, size: (u32, u32)) -> Result<()
     area.present().map_err(|e| e.to_string())
 }
 
-/// Writes plots stacked top to bottom, sharing the width, as `base.svg`.
-pub fn write_stacked_svg(base: &Path, plots: &[LinePlot], size: (u32, u32)) -> Result<(), String> {
+/// Writes plots stacked top to bottom, sharing the width, as `base.svg` and `base.png`.
+pub fn write_stacked(base: &Path, plots: &[LinePlot], size: (u32, u32)) -> Result<(), String> {
     init_font()?;
     let svg = base.with_extension("svg");
-    let area = SVGBackend::new(&svg, size).into_drawing_area();
+    draw_stacked(SVGBackend::new(&svg, size).into_drawing_area(), plots)?;
+    let png = base.with_extension("png");
+    draw_stacked(BitMapBackend::new(&png, size).into_drawing_area(), plots)
+}
+
+fn draw_stacked<DB: DrawingBackend>(
+    area: DrawingArea<DB, Shift>,
+    plots: &[LinePlot],
+) -> Result<(), String> {
     let panels = area.split_evenly((plots.len().max(1), 1));
     for (a, p) in panels.iter().zip(plots) {
         draw_lines(a, p)?;
@@ -463,9 +471,12 @@ mod tests {
             ..Default::default()
         };
         let base = std::env::temp_dir().join(format!("satpep-plot-{}", std::process::id()));
-        write_stacked_svg(&base, &[a, b], (600, 600)).unwrap();
+        write_stacked(&base, &[a, b], (600, 600)).unwrap();
         let svg = std::fs::read_to_string(base.with_extension("svg")).unwrap();
         assert!(svg.contains("top") && svg.contains("bottom panel"), "{svg}");
+        let png = std::fs::read(base.with_extension("png")).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
         let _ = std::fs::remove_file(base.with_extension("svg"));
+        let _ = std::fs::remove_file(base.with_extension("png"));
     }
 }

@@ -1,7 +1,7 @@
 //! Built-in scenarios, one TOML file each in `presets/`, compiled into the binary.
 
 /// (name, what it reproduces, TOML text).
-pub const PRESETS: [(&str, &str, &str); 8] = [
+pub const PRESETS: [(&str, &str, &str); 9] = [
     ("demo", "the README's main job: geo link at BER 1e-6, end-to-end against split and tunnel (~3 min)", include_str!("presets/demo.toml")),
     ("lawson2006", "Lawson 2006 ch. 4: T1, 285 ms, BER 1e-9…1e-5; TCP, SACK, WS, WS+SACK against PEPs", include_str!("presets/lawson2006.toml")),
     ("bharadwaj1999", "Bharadwaj 1999 ch. 5: file and web page transfers, end-to-end against a proxy with IW 1/4/16", include_str!("presets/bharadwaj1999.toml")),
@@ -9,6 +9,7 @@ pub const PRESETS: [(&str, &str, &str); 8] = [
     ("shao2002", "Shao & Zhang 2002 §4: window, initial window, MSS and bottleneck buffer over a T1", include_str!("presets/shao2002.toml")),
     ("field", "real links (GEO with BER, rain fade, shared; MEO; LEO; lossy T1; wrong nominal rate) × end-to-end, split and tunnel told nothing: goodput and queueing delay", include_str!("presets/field.toml")),
     ("cc-sweep", "every split controller against end-to-end cubic and bbr over 100 Mbit/s, 600 ms, BER 0 to 1e-5 (~40 min, --quick ~10)", include_str!("presets/cc-sweep.toml")),
+    ("relay-overhead", "the split proxy's throughput and CPU against plain forwarding on a kernel bridge (~2 min)", include_str!("presets/relay-overhead.toml")),
     ("vanzara2017", "Vanzara 2017 ch. 3: 100 Mbit/s, RTT 600 ms; BER sweep and RTT sweep", include_str!("presets/vanzara2017.toml")),
 ];
 

@@ -3,7 +3,7 @@
 
 use super::beside::{percentile, BesideRecord};
 use super::doc::{esc, Doc};
-use super::plot::{write_line_plot, write_stacked_svg, Line, LinePlot};
+use super::plot::{write_line_plot, write_stacked, Line, LinePlot};
 use super::spec::{CellSpec, Metric, Part, PepMode, Scenario};
 use super::stats::Summary;
 use super::traffic::RunRecord;
@@ -75,6 +75,10 @@ pub struct CellResult {
     /// The main metric's samples of every run pooled: 50th, 95th and 99th percentiles (the
     /// distribution of completion and response times; NaN without samples).
     pub metric_pct: [f64; 3],
+    /// With proxies: the CPU they used per second of run, all together (1 = one core).
+    pub proxy_cores: Summary,
+    /// With proxies, bulk: CPU seconds per gigabyte delivered, per proxy.
+    pub proxy_cpu_s_per_gb: Summary,
 }
 
 /// Summarizes `runs` per cell of `sc`.
@@ -172,6 +176,23 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 response_p95: beside_summary(&mine, 0.0, |_, b| percentile(&b.responses, 95.0)),
                 response_p99: beside_summary(&mine, 0.0, |_, b| percentile(&b.responses, 99.0)),
                 metric_pct: [50.0, 95.0, 99.0].map(|p| percentile(&samples, p)),
+                proxy_cores: Summary::of(
+                    &mine
+                        .iter()
+                        .filter(|r| r.wall_s > 0.0)
+                        .filter_map(|r| Some(r.proxy_cpu_s? / r.wall_s))
+                        .collect::<Vec<_>>(),
+                ),
+                proxy_cpu_s_per_gb: Summary::of(
+                    &mine
+                        .iter()
+                        .filter_map(|r| {
+                            let gb = r.flows.iter().map(|f| f.bytes).sum::<u64>() as f64 / 1e9;
+                            (gb > 0.0 && r.proxies > 0)
+                                .then(|| Some(r.proxy_cpu_s? / r.proxies as f64 / gb))?
+                        })
+                        .collect::<Vec<_>>(),
+                ),
             }
         })
         .collect()
@@ -302,7 +323,9 @@ fn unit(metric: Metric, results: &[CellResult]) -> (&'static str, f64) {
                 .chain(results.iter().filter_map(|r| r.reference))
                 .filter(|v| v.is_finite())
                 .fold(0.0, f64::max);
-            if max >= 2e6 {
+            if max >= 2e9 {
+                ("Gbit/s", 1e9)
+            } else if max >= 2e6 {
                 ("Mbit/s", 1e6)
             } else {
                 ("kbit/s", 1e3)
@@ -508,7 +531,9 @@ fn metric_plot(
         return p;
     };
     p.x_label = axis.label();
-    let numeric = axis.values.iter().all(|v| x_of(v, axis.log).is_some());
+    // Named values (BER "0", "1e-6": a 0 has no place on a log axis, and on a linear one
+    // the small values crowd at zero) are categories, as text values are.
+    let numeric = axis.names.is_empty() && axis.values.iter().all(|v| x_of(v, axis.log).is_some());
     p.log_x = numeric && axis.log;
     if !numeric {
         // Named points (links, modes): bars, grouped by point, one per configuration.
@@ -740,6 +765,24 @@ fn part_tables(
                 }),
             ));
         }
+        if res.iter().any(|r| r.proxy_cores.n > 0) {
+            tables.push((
+                "the proxies' CPU: % of one core, all proxies together / CPU s per GB delivered, per proxy".into(),
+                grid(part, res, &|r| {
+                    let c = &r.proxy_cores;
+                    let pct = Summary {
+                        mean: c.mean * 100.0,
+                        ci95: c.ci95 * 100.0,
+                        ..*c
+                    };
+                    format!(
+                        "{} / {}",
+                        plain(&pct),
+                        plain(&r.proxy_cpu_s_per_gb)
+                    )
+                }),
+            ));
+        }
         tables.push((
             "satellite-leg sender's retransmitted segments per run".into(),
             grid(part, res, &|r| fmt_count(&r.leg_retransmits)),
@@ -850,7 +893,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             r.errors.join("; ").replace('"', "'")
         );
     }
-    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,failures,reference_bps,reference_s\n");
+    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,failures,reference_bps,reference_s\n");
     let m = |s: &Summary| opt(Some(s.mean));
     for r in res {
         let (gm, tm) = split(r.cell, Some(r.metric.mean));
@@ -863,7 +906,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
         };
         let _ = writeln!(
             summary,
-            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs}",
+            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs}",
             r.cell,
             sc.parts[r.part].name,
             r.config,
@@ -884,6 +927,8 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             m(&r.response_p50),
             m(&r.response_p95),
             m(&r.response_p99),
+            m(&r.proxy_cores),
+            m(&r.proxy_cpu_s_per_gb),
             r.failures,
         );
     }
@@ -1254,8 +1299,7 @@ fn series_section(doc: &mut Doc, sc: &Scenario, out: &Path, runs: &[RunRecord]) 
                 continue;
             }
             let name = format!("overlay-{}-{k}", part.name);
-            if write_stacked_svg(&out.join("series").join(&name), &[p.clone()], (900, 360)).is_ok()
-            {
+            if write_stacked(&out.join("series").join(&name), &[p.clone()], (900, 360)).is_ok() {
                 let svg = std::fs::read_to_string(out.join("series").join(format!("{name}.svg")))
                     .unwrap_or_default();
                 overlays.push((format!("series/{name}.svg"), p.title, svg));
@@ -1278,7 +1322,7 @@ fn series_section(doc: &mut Doc, sc: &Scenario, out: &Path, runs: &[RunRecord]) 
         let name = format!("c{:04}", c.index);
         let panels = cell_panels(c.describe(sc), r);
         let h = 260 * panels.len() as u32;
-        if write_stacked_svg(&out.join("series").join(&name), &panels, (900, h)).is_ok() {
+        if write_stacked(&out.join("series").join(&name), &panels, (900, h)).is_ok() {
             let svg = std::fs::read_to_string(out.join("series").join(format!("{name}.svg")))
                 .unwrap_or_default();
             cells.push((format!("series/{name}.svg"), c.describe(sc), svg));
@@ -1445,6 +1489,9 @@ mod tests {
             beside: None,
             limit_bps: None,
             provenance: None,
+            proxy_cpu_s: None,
+            proxies: 0,
+            wall_s: 0.0,
         }
     }
 

@@ -29,6 +29,10 @@ pub struct RunOptions {
 /// (1 − loss), with the hosts' MSS and timestamps (1448-byte payloads in 1514-byte frames by
 /// default).
 pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
+    if spec.bridge {
+        // Only the CPU limits a bridged link.
+        return Ok(f64::NAN);
+    }
     let cfg = spec.link_spec()?.resolve()?;
     let dir = if spec.traffic.kind().downloads() {
         &cfg.forward
@@ -42,6 +46,15 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
     let frame = mss + 54.0 + dir.overhead as f64;
     let loss = dir.loss.mean_loss(frame as u32);
     Ok(dir.rate.max_bps() * payload / frame * (1.0 - loss))
+}
+
+/// What carries the lab's link now.
+#[derive(Debug, Clone, PartialEq)]
+enum LinkNow {
+    /// The emulator, with this link.
+    Emulator(Box<LinkSpec>),
+    /// A kernel bridge (no emulation), with the routers' offloads on or off.
+    Bridge { offloads: bool },
 }
 
 fn pep_of(spec: &CellSpec) -> Option<Pep> {
@@ -150,7 +163,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
         let name = format!("sc-{}", std::process::id());
         let mut lab = Lab::up(&name, &first.link_spec()?, &UpOptions::default())?;
         let mut tuner = HostTuner::default();
-        let mut link_now: Option<LinkSpec> = None;
+        let mut link_now: Option<LinkNow> = None;
         let mut pep_now: Option<Pep> = None;
         let mut pep_link: Option<LinkSpec> = None;
         for (i, &(ci, rep)) in todo.iter().enumerate() {
@@ -161,9 +174,27 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             let spec = &cell.spec;
             let mut link = spec.link_spec()?;
             link.seed = Some(spec.seed + rep as u64);
-            if link_now.as_ref() != Some(&link) {
-                lab.start_emulator(&link)?;
-                link_now = Some(link.clone());
+            let want = match spec.bridge {
+                true => LinkNow::Bridge {
+                    offloads: spec.offloads,
+                },
+                false => LinkNow::Emulator(Box::new(link.clone())),
+            };
+            if link_now.as_ref() != Some(&want) {
+                match &want {
+                    LinkNow::Bridge { offloads } => {
+                        lab.bridge_link()?;
+                        lab.set_link_offloads(*offloads)?;
+                    }
+                    LinkNow::Emulator(l) => {
+                        // The emulator needs whole, checksummed frames.
+                        if let Some(LinkNow::Bridge { offloads: true }) = link_now {
+                            lab.set_link_offloads(false)?;
+                        }
+                        lab.start_emulator(l)?;
+                    }
+                }
+                link_now = Some(want);
             }
             let pep = pep_of(spec);
             // A new link restarts the proxies too: told the link, they size themselves from
@@ -201,11 +232,10 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             }
             let mut summary = match (rec.samples.first(), spec.metric()) {
                 (None, _) => format!("FAILED: {}", rec.errors.join("; ")),
-                (Some(&g), super::spec::Metric::Goodput) => format!(
-                    "{} ({:.1} % of limit)",
-                    fmt_rate(g),
-                    rec.utilization.unwrap_or(0.0) * 100.0
-                ),
+                (Some(&g), super::spec::Metric::Goodput) => match rec.utilization {
+                    Some(u) => format!("{} ({:.1} % of limit)", fmt_rate(g), u * 100.0),
+                    None => fmt_rate(g),
+                },
                 (Some(_), _) => {
                     let s = super::stats::Summary::of(&rec.samples);
                     format!("{:.3} s", s.mean)

@@ -289,6 +289,14 @@ pub struct CellSpec {
     /// interface, headers only) into `pcap/cNNNN-rNNN.pcap` of the results.
     #[serde(default)]
     pub pcap: bool,
+    /// Replace the emulator by a plain kernel bridge: the link is then no bottleneck and
+    /// only the CPU limits (what the proxies cost). No physical limit, loss or delay.
+    #[serde(default)]
+    pub bridge: bool,
+    /// With `bridge`: TSO, GSO and tx checksum offload on the routers' link-facing
+    /// interfaces (the emulator needs them off).
+    #[serde(default)]
+    pub offloads: bool,
     /// The link (a `satpep link` configuration: preset, both, forward, return, outage).
     #[serde(default)]
     pub link: LinkSpec,
@@ -333,6 +341,9 @@ pub struct PepSpec {
     /// fast or strict.
     #[serde(default)]
     pub handshake: Option<String>,
+    /// Split: how the proxies move bytes between the legs, splice (the default) or copy.
+    #[serde(default)]
+    pub relay: Option<String>,
     /// What the proxies are told about the link: "nothing" (the default: no rate, no RTT),
     /// "exact" (the emulator's own rates and RTT, for set-ups that assumed them) or a
     /// nominal forward rate such as "25Mbit" (a service plan's figure; the return direction
@@ -352,6 +363,7 @@ impl Default for PepSpec {
             cc: None,
             terminal_only: false,
             handshake: None,
+            relay: None,
             told: nothing(),
         }
     }
@@ -497,14 +509,27 @@ impl CellSpec {
     /// The lab's PEP for this cell (None: end to end), or what in `pep` does not fit.
     pub fn pep(&self) -> Result<Option<crate::topology::Pep>, String> {
         let p = &self.pep;
-        p.mode
+        let mut pep = p
+            .mode
             .pep(
                 p.cc.clone(),
                 p.terminal_only,
                 p.handshake.clone(),
                 self.told()?,
             )
-            .map_err(|e| format!("pep.{}: {}", e.key, e.why))
+            .map_err(|e| format!("pep.{}: {}", e.key, e.why))?;
+        if let Some(r) = &p.relay {
+            match pep.as_mut() {
+                Some(q) if q.tunnel.is_none() && ["splice", "copy"].contains(&r.as_str()) => {
+                    q.relay = Some(r.clone())
+                }
+                Some(q) if q.tunnel.is_none() => {
+                    return Err(format!("pep.relay '{r}': splice or copy"))
+                }
+                _ => return Err("pep.relay is for mode split or adaptive".into()),
+            }
+        }
+        Ok(pep)
     }
 
     /// The link as the emulator runs it.
@@ -537,6 +562,9 @@ impl CellSpec {
             .and_then(|l| l.resolve())
             .map_err(|e| format!("link: {e}"))?;
         self.pep()?;
+        if self.offloads && !self.bridge {
+            return Err("offloads: only with bridge = true (the emulator needs them off)".into());
+        }
         for host in crate::Host::ALL {
             let h = self.host(host);
             let n = host.name();

@@ -106,6 +106,15 @@ pub struct RunRecord {
     /// The build and machine that measured it, and when (absent in older records).
     #[serde(default)]
     pub provenance: Option<super::provenance::Provenance>,
+    /// With proxies: the CPU time they used during the run, all together, s.
+    #[serde(default)]
+    pub proxy_cpu_s: Option<f64>,
+    /// With proxies: how many ran.
+    #[serde(default)]
+    pub proxies: u32,
+    /// The run's wall-clock length, s.
+    #[serde(default)]
+    pub wall_s: f64,
 }
 
 /// Jain's fairness index of `x`: 1 when all are equal, 1/n when one takes everything.
@@ -362,7 +371,13 @@ pub fn run_once(
         beside: None,
         limit_bps: None,
         provenance: Some(super::provenance::Provenance::here()),
+        proxy_cpu_s: None,
+        proxies: 0,
+        wall_s: 0.0,
     };
+    let pids = lab.state().proxy_pids.clone();
+    let cpu0: f64 = pids.iter().map(|&p| crate::sys::cpu_seconds(p)).sum();
+    let t0 = Instant::now();
     let before = lab.link_stats().ok();
     let kind = spec.traffic.kind();
     let sampler = sample_sockets(lab, leg_sender(spec, kind.downloads()), kind.ports());
@@ -375,6 +390,12 @@ pub fn run_once(
         *m = (*m).max(s.retrans);
     }
     rec.leg_retransmits = per_flow.values().sum();
+    rec.wall_s = t0.elapsed().as_secs_f64();
+    if !pids.is_empty() {
+        let cpu: f64 = pids.iter().map(|&p| crate::sys::cpu_seconds(p)).sum();
+        rec.proxy_cpu_s = Some(cpu - cpu0);
+        rec.proxies = pids.len() as u32;
+    }
     res?;
     if let (Some(b), Ok(a)) = (before, lab.link_stats()) {
         rec.link = link_delta(&b, &a);

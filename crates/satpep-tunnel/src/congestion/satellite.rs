@@ -26,7 +26,9 @@
 //!   the window follows CUBIC, as the hosts' own TCP does, but never below half the link's
 //!   rate over the RTT now (its fair share, [`Core::fair_share`]), for at least
 //!   [`COMPETE_AT_LEAST`], after which a drain checks whether the competitor left (Copa's
-//!   mode switch).
+//!   mode switch). A drain whose acknowledgement rate fell by more than this sender's own
+//!   cut explains met a link that slowed (a fade's steps), not a competitor: the count
+//!   starts again.
 //! - **Losses** with no queue above the budget are the channel's noise, repaired without
 //!   slowing down (Tarang's and Westwood+'s idea, 004 §4). Counted by kind. But a round that
 //!   loses far more than the noise (measured in drains) while a queue of a few ms stands
@@ -253,6 +255,9 @@ pub struct Core {
     drain_acked_all: u64,
     /// Drains in a row that left a queue behind.
     undrained: u32,
+    /// The last drain that left a queue: its acknowledgement rate and the rate it drained
+    /// at (bytes/s).
+    undrained_rates: Option<(u64, u64)>,
     /// A loss with a queue behind it (the buffer overflowed) since the drains began.
     overflowed_since_drain: bool,
     /// Startup grows the window by each acknowledged byte (×2 a round) at the start, by
@@ -333,6 +338,7 @@ impl Core {
             drain_acked: 0,
             drain_acked_all: 0,
             undrained: 0,
+            undrained_rates: None,
             overflowed_since_drain: false,
             regrowth: false,
             bw: 0,
@@ -773,11 +779,30 @@ impl Core {
         };
         if !left {
             self.undrained = 0;
+            self.undrained_rates = None;
             self.overflowed_since_drain = false;
             self.enter(Phase::Cruise, now);
             return;
         }
         self.undrained += 1;
+        // The bottleneck never idled in the drain (a queue stood throughout): what came
+        // back is what the link gave this sender. Against a competitor that share falls at
+        // most as fast as this sender's own cuts (the competitor's window does not grow
+        // that fast); a link that slows step by step (a rain fade's coding steps) takes
+        // more than the cut away. Then the queue is this sender's own, left by the step:
+        // the count starts again.
+        let span = now
+            .saturating_duration_since(self.drain_from)
+            .as_nanos()
+            .max(1);
+        let acked = (self.drain_acked_all as u128 * 1_000_000_000 / span) as u64;
+        if let Some((prev_acked, prev_bw)) = self.undrained_rates {
+            let cut = self.bw as f64 / prev_bw.max(1) as f64;
+            if (acked as f64) < 0.9 * cut * prev_acked as f64 {
+                self.undrained = 1;
+            }
+        }
+        self.undrained_rates = Some((acked, self.bw));
         // The drain's packets met a queue: their losses may be the buffer's, not noise.
         self.noise_acked = 0;
         self.noise_lost = 0;
@@ -937,6 +962,7 @@ impl Core {
                 let share = self.rate_at_queue();
                 self.set_bw(share);
                 self.undrained = 2;
+                self.undrained_rates = None;
                 // The base RTT from before the competitor is what the drain compares with:
                 // time spent competing does not age it.
                 for sample in &mut self.rtt_samples {

@@ -337,10 +337,11 @@ fn run_bulk(
         }
         Err(_) => limit_bps,
     };
-    rec.limit_bps = Some(limit_bps);
+    // A bridged link has no limit but the CPU (NaN).
+    rec.limit_bps = limit_bps.is_finite().then_some(limit_bps);
     if rec.failures == 0 {
         rec.samples.push(goodput);
-        rec.utilization = Some(goodput / limit_bps);
+        rec.utilization = rec.limit_bps.map(|l| goodput / l);
     }
     if t.runs_beside() {
         let base = |u: f64| {
