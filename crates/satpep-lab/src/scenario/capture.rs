@@ -1,6 +1,7 @@
 //! A packet capture of each run on the satellite side (`pcap = true` in a scenario): tcpdump
-//! in the link's namespace on its terminal-facing interface, headers only, one file per run,
-//! readable by Wireshark and tcptrace.
+//! in the terminal's namespace on its link-facing interface, headers only, one file per run,
+//! readable by Wireshark and tcptrace. (Not in the link's namespace: the emulator sends with
+//! PACKET_QDISC_BYPASS, which packet taps there do not see, so only one direction showed.)
 
 use crate::topology::{Host, Lab};
 use std::io::{BufRead, BufReader};
@@ -26,13 +27,16 @@ impl Capture {
                 .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
         let mut child = lab
-            .command(Host::Link, "tcpdump")
+            .command(Host::Terminal, "tcpdump")
+            // Immediate mode: libpcap's ring otherwise hands packets over a block at a
+            // time, and a short run's only block is still pending when tcpdump stops.
             .args([
                 "-i",
-                "to-term",
+                "to-link",
                 "-s",
                 &SNAPLEN.to_string(),
                 "-U",
+                "--immediate-mode",
                 "-n",
                 "-Z",
                 "root",
@@ -76,6 +80,8 @@ impl Capture {
 
     /// Stops the capture (tcpdump writes out what it holds on SIGTERM); returns the file.
     pub fn stop(mut self) -> PathBuf {
+        // The last frames (the final ACKs) leave the link a moment after the tools end.
+        std::thread::sleep(Duration::from_millis(200));
         // SAFETY: signalling our own child, not yet reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();

@@ -1207,6 +1207,8 @@ fn distributions(
         let pooled = |cell: usize, f: &dyn Fn(&RunRecord) -> Vec<f64>| -> Vec<f64> {
             runs.iter().filter(|r| r.cell == cell).flat_map(f).collect()
         };
+        let (uname, div) = unit(metric, &[]);
+        let time_label = format!("{} ({uname})", metric.heading());
         let (what, x_label, lines): (&str, &str, Vec<Line>) = if metric == Metric::Goodput {
             let lines = cells
                 .iter()
@@ -1223,10 +1225,13 @@ fn distributions(
         } else {
             let lines = cells
                 .iter()
-                .map(|c| cdf_line(&c.config, &pooled(c.index, &|r| r.samples.clone())))
+                .map(|c| {
+                    let v = pooled(c.index, &|r| r.samples.iter().map(|x| x / div).collect());
+                    cdf_line(&c.config, &v)
+                })
                 .filter(|l| !l.points.is_empty())
                 .collect();
-            ("time", "seconds", lines)
+            ("time", time_label.as_str(), lines)
         };
         if lines.is_empty() {
             continue;

@@ -285,8 +285,8 @@ pub struct CellSpec {
     /// Seed of the link's loss process; repetition k uses seed + k.
     #[serde(default = "one_u64")]
     pub seed: u64,
-    /// Capture every run's frames on the satellite side (the link's terminal-facing
-    /// interface, headers only) into `pcap/cNNNN-rNNN.pcap` of the results.
+    /// Capture every run's frames on the satellite side (the terminal's link-facing
+    /// interface, both directions, headers only) into `pcap/cNNNN-rNNN.pcap` of the results.
     #[serde(default)]
     pub pcap: bool,
     /// Replace the emulator by a plain kernel bridge: the link is then no bottleneck and
