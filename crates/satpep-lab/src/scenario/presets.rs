@@ -2,7 +2,7 @@
 
 /// (name, what it reproduces, TOML text).
 pub const PRESETS: [(&str, &str, &str); 9] = [
-    ("demo", "the README's main job: geo link at BER 1e-6, end-to-end against split and tunnel (~3 min)", include_str!("presets/demo.toml")),
+    ("demo", "the README's main job: geo link at BER 1e-6, end-to-end against split and tunnel, 3 repetitions (~5 min)", include_str!("presets/demo.toml")),
     ("lawson2006", "Lawson 2006 ch. 4: T1, 285 ms, BER 1e-9…1e-5; TCP, SACK, WS, WS+SACK against PEPs", include_str!("presets/lawson2006.toml")),
     ("bharadwaj1999", "Bharadwaj 1999 ch. 5: file and web page transfers, end-to-end against a proxy with IW 1/4/16", include_str!("presets/bharadwaj1999.toml")),
     ("urke2011", "Urke 2011 ch. 6: 500 kbit/s, RTT 528 ms; flavors against PER, friendliness, buffer sizing", include_str!("presets/urke2011.toml")),
