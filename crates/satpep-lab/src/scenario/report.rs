@@ -661,8 +661,8 @@ fn part_tables(
     part: &Part,
     metric: Metric,
     res: &[&CellResult],
-    uname: &str,
-    div: f64,
+    (uname, div): (&str, f64),
+    tunnel: bool,
 ) -> Vec<(String, Table)> {
     let main = grid(part, res, &|r| {
         let mut s = fmt_summary(&r.metric, div);
@@ -784,7 +784,13 @@ fn part_tables(
             ));
         }
         tables.push((
-            "satellite-leg sender's retransmitted segments per run".into(),
+            if tunnel {
+                // ss sees TCP, not the tunnel's QUIC: there the sender sampled is the
+                // server's, on its terrestrial leg to the gateway.
+                "satellite-leg sender's retransmitted segments per run (tunnel: the server's TCP, on its leg to the gateway)".into()
+            } else {
+                "satellite-leg sender's retransmitted segments per run".into()
+            },
             grid(part, res, &|r| fmt_count(&r.leg_retransmits)),
         ));
         tables.push((
@@ -1029,7 +1035,11 @@ fn part_section(
     } else {
         2
     };
-    let mut tables = part_tables(part, metric, &pres, uname, div);
+    let tunnel = sc
+        .cells
+        .iter()
+        .any(|c| c.part == pi && c.spec.pep.mode == PepMode::Tunnel);
+    let mut tables = part_tables(part, metric, &pres, (uname, div), tunnel);
     if let Some(t) = targets_table(sc, part, &pres) {
         tables.insert(0, t);
     }
@@ -1325,7 +1335,7 @@ fn series_section(doc: &mut Doc, sc: &Scenario, out: &Path, runs: &[RunRecord]) 
             continue;
         }
         let name = format!("c{:04}", c.index);
-        let panels = cell_panels(c.describe(sc), r);
+        let panels = cell_panels(c.describe(sc), r, c.spec.pep.mode == PepMode::Tunnel);
         let h = 260 * panels.len() as u32;
         if write_stacked(&out.join("series").join(&name), &panels, (900, h)).is_ok() {
             let svg = std::fs::read_to_string(out.join("series").join(format!("{name}.svg")))
@@ -1358,7 +1368,14 @@ fn total_goodput(r: &RunRecord) -> Vec<(f64, f64, f64)> {
 }
 
 /// A cell's panels: goodput per flow, the satellite-leg sender's cwnd and smoothed RTT.
-fn cell_panels(title: String, r: &RunRecord) -> Vec<LinePlot> {
+fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
+    // ss sees TCP only: in tunnel mode the sampled sender is the server's, on its
+    // terrestrial leg, not the tunnel's QUIC.
+    let who = if tunnel {
+        "server's TCP sender (terrestrial leg)"
+    } else {
+        "satellite-leg sender"
+    };
     let mut p = LinePlot {
         title: format!("{title}: goodput per flow"),
         x_label: "time (s)".into(),
@@ -1406,12 +1423,10 @@ fn cell_panels(title: String, r: &RunRecord) -> Vec<LinePlot> {
             .collect(),
         ..Default::default()
     };
-    let w = panel(
-        "satellite-leg sender: congestion window",
-        "segments",
-        &|s| s.cwnd as f64,
-    );
-    let rtt = panel("satellite-leg sender: smoothed RTT", "ms", &|s| s.rtt_ms);
+    let w = panel(&format!("{who}: congestion window"), "segments", &|s| {
+        s.cwnd as f64
+    });
+    let rtt = panel(&format!("{who}: smoothed RTT"), "ms", &|s| s.rtt_ms);
     [p, w, rtt]
         .into_iter()
         .filter(|q| !q.lines.is_empty())
