@@ -170,7 +170,7 @@ impl AckRate {
         self.bytes += bytes;
         let span = now.saturating_duration_since(self.start);
         if span >= (min_rtt / 4).max(Duration::from_millis(10)) {
-            let rate = (self.bytes as u128 * 1_000_000_000 / span.as_nanos().max(1)) as u64;
+            let rate = per_second(self.bytes, span);
             self.recent = if self.recent == 0 {
                 rate
             } else {
@@ -319,6 +319,11 @@ fn bytes_in(rate: u64, d: Duration) -> u64 {
     (rate as u128 * d.as_nanos() / 1_000_000_000) as u64
 }
 
+/// The rate, bytes per second, of `bytes` over `d` (a zero span counts as 1 ns).
+fn per_second(bytes: u64, d: Duration) -> u64 {
+    (bytes as u128 * 1_000_000_000 / d.as_nanos().max(1)) as u64
+}
+
 impl Core {
     /// A fresh controller at `now`.
     pub fn new(hop: HopInfo, mtu: u64, now: Instant) -> Core {
@@ -440,8 +445,7 @@ impl Core {
     /// What the window delivers at the current RTT: window / (base RTT + queue), bytes per
     /// second (Vegas's and FAST TCP's reading of the rate when the queue is standing).
     fn rate_at_queue(&self) -> u64 {
-        (self.window as u128 * 1_000_000_000 / (self.base() + self.queue()).as_nanos().max(1))
-            as u64
+        per_second(self.window, self.base() + self.queue())
     }
 
     /// Restarts growth at ×1.5 a round from the current window: the link is faster than the
@@ -791,11 +795,10 @@ impl Core {
         // that fast); a link that slows step by step (a rain fade's coding steps) takes
         // more than the cut away. Then the queue is this sender's own, left by the step:
         // the count starts again.
-        let span = now
-            .saturating_duration_since(self.drain_from)
-            .as_nanos()
-            .max(1);
-        let acked = (self.drain_acked_all as u128 * 1_000_000_000 / span) as u64;
+        let acked = per_second(
+            self.drain_acked_all,
+            now.saturating_duration_since(self.drain_from),
+        );
         if let Some((prev_acked, prev_bw)) = self.undrained_rates {
             let cut = self.bw as f64 / prev_bw.max(1) as f64;
             if (acked as f64) < 0.9 * cut * prev_acked as f64 {
