@@ -212,7 +212,7 @@ pub enum PepMode {
 /// A setting that does not fit the PEP mode: which one, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PepError {
-    /// `cc`, `terminal_only` or `handshake`.
+    /// `cc`, `terminal_only`, `handshake` or `relay`.
     pub key: &'static str,
     /// What is wrong with it.
     pub why: String,
@@ -225,12 +225,14 @@ impl PepMode {
     }
 
     /// The lab's PEP for this mode: `cc` is the satellite leg's controller (split) or the
-    /// tunnel's (default satellite); None for end to end.
+    /// tunnel's (default satellite), `relay` the split proxies' (splice or copy); None for
+    /// end to end.
     pub fn pep(
         self,
         cc: Option<String>,
         terminal_only: bool,
         handshake: Option<String>,
+        relay: Option<String>,
         told: Told,
     ) -> Result<Option<Pep>, PepError> {
         let err = |key, why: &str| {
@@ -245,8 +247,15 @@ impl PepMode {
         {
             return err("handshake", &format!("'{h}': fast or strict"));
         }
+        if let Some(r) = relay.as_deref().filter(|r| !["splice", "copy"].contains(r)) {
+            return err("relay", &format!("'{r}': splice or copy"));
+        }
+        if relay.is_some() && self == PepMode::Tunnel {
+            return err("relay", "is for mode split or adaptive");
+        }
         let base = Pep {
             handshake,
+            relay,
             told,
             ..Default::default()
         };
@@ -256,6 +265,7 @@ impl PepMode {
                     ("cc", cc.is_some()),
                     ("terminal_only", terminal_only),
                     ("handshake", base.handshake.is_some()),
+                    ("relay", base.relay.is_some()),
                 ] {
                     if set {
                         return err(key, "needs a PEP mode (split, adaptive or tunnel)");
@@ -375,7 +385,7 @@ fn proxy_file(
             // the kernel's autotuning does (the lab's hosts allow 128 MiB).
             if let Some(rtt) = exact_rtt {
                 let rate = link.forward.rate.max_bps().max(link.ret.rate.max_bps());
-                f.satellite.rate = Some((rate.round() as u64).to_string());
+                f.satellite.rate = bps(Some(rate));
                 f.satellite.rtt = Some(rtt);
             }
         }

@@ -155,7 +155,7 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             let told = satpep_lab::topology::Told::parse(&tell_pep, || Ok(cfg.clone()))
                 .map_err(|e| format!("--tell-pep: {e}"))?;
             let pep = pep
-                .pep(cc, terminal_only, handshake, told)
+                .pep(cc, terminal_only, handshake, None, told)
                 .map_err(|e| format!("--{}: {}", e.key.replace('_', "-"), e.why))?;
             let opts = UpOptions {
                 check: !no_check,

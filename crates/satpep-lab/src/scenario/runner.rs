@@ -27,11 +27,10 @@ pub struct RunOptions {
 
 /// Highest goodput TCP can have in the traffic's direction of `spec`: rate × payload/frame ×
 /// (1 − loss), with the hosts' MSS and timestamps (1448-byte payloads in 1514-byte frames by
-/// default).
-pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
+/// default); None on a bridged link, where only the CPU limits.
+pub fn tcp_limit_bps(spec: &CellSpec) -> Result<Option<f64>, String> {
     if spec.bridge {
-        // Only the CPU limits a bridged link.
-        return Ok(f64::NAN);
+        return Ok(None);
     }
     let cfg = spec.link_spec()?.resolve()?;
     let dir = if spec.traffic.kind().downloads() {
@@ -45,7 +44,7 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<f64, String> {
     let payload = mss - if ts { 12.0 } else { 0.0 };
     let frame = mss + 54.0 + dir.overhead as f64;
     let loss = dir.loss.mean_loss(frame as u32);
-    Ok(dir.rate.max_bps() * payload / frame * (1.0 - loss))
+    Ok(Some(dir.rate.max_bps() * payload / frame * (1.0 - loss)))
 }
 
 /// What carries the lab's link now.

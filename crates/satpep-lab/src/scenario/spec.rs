@@ -509,27 +509,15 @@ impl CellSpec {
     /// The lab's PEP for this cell (None: end to end), or what in `pep` does not fit.
     pub fn pep(&self) -> Result<Option<crate::topology::Pep>, String> {
         let p = &self.pep;
-        let mut pep = p
-            .mode
+        p.mode
             .pep(
                 p.cc.clone(),
                 p.terminal_only,
                 p.handshake.clone(),
+                p.relay.clone(),
                 self.told()?,
             )
-            .map_err(|e| format!("pep.{}: {}", e.key, e.why))?;
-        if let Some(r) = &p.relay {
-            match pep.as_mut() {
-                Some(q) if q.tunnel.is_none() && ["splice", "copy"].contains(&r.as_str()) => {
-                    q.relay = Some(r.clone())
-                }
-                Some(q) if q.tunnel.is_none() => {
-                    return Err(format!("pep.relay '{r}': splice or copy"))
-                }
-                _ => return Err("pep.relay is for mode split or adaptive".into()),
-            }
-        }
-        Ok(pep)
+            .map_err(|e| format!("pep.{}: {}", e.key, e.why))
     }
 
     /// The link as the emulator runs it.
@@ -880,6 +868,18 @@ impl Scenario {
     /// The cells of part `p`.
     pub fn part_cells(&self, p: usize) -> impl Iterator<Item = &Cell> {
         self.cells.iter().filter(move |c| c.part == p)
+    }
+
+    /// The sweep points of part `p`, each once, in cell order, with that point's cells.
+    pub fn part_points(&self, p: usize) -> Vec<(&[Value], Vec<&Cell>)> {
+        let mut out: Vec<(&[Value], Vec<&Cell>)> = Vec::new();
+        for c in self.part_cells(p) {
+            match out.iter_mut().find(|(pt, _)| *pt == c.point.as_slice()) {
+                Some((_, cells)) => cells.push(c),
+                None => out.push((&c.point, vec![c])),
+            }
+        }
+        out
     }
 
     /// The main metric of part `p` (that of its first cell).

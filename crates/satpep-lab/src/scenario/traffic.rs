@@ -352,7 +352,7 @@ pub fn run_once(
     spec: &CellSpec,
     cell: usize,
     repetition: u32,
-    limit_bps: f64,
+    limit_bps: Option<f64>,
     tick: &mut dyn FnMut(f64),
 ) -> Result<RunRecord, String> {
     let mut rec = RunRecord {

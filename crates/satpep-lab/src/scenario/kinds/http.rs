@@ -33,7 +33,7 @@ impl Kind for Http {
         lab: &Lab,
         spec: &CellSpec,
         rec: &mut RunRecord,
-        _limit_bps: f64,
+        _limit_bps: Option<f64>,
         tick: &mut dyn FnMut(f64),
     ) -> Result<(), String> {
         let t = self;

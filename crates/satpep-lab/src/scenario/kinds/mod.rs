@@ -26,13 +26,13 @@ pub trait Kind {
     }
     /// Runs one repetition on `lab` (set up for `cell`), filling `rec`: samples of the
     /// metric, failures and errors. `limit_bps` is the physical limit of the direction it
-    /// uses; `tick(elapsed s)` reports progress. Only an interrupt is an `Err`.
+    /// uses (None on a bridged link); `tick(elapsed s)` reports progress. Only an interrupt is an `Err`.
     fn run(
         &self,
         lab: &Lab,
         cell: &CellSpec,
         rec: &mut RunRecord,
-        limit_bps: f64,
+        limit_bps: Option<f64>,
         tick: &mut dyn FnMut(f64),
     ) -> Result<(), String>;
 }
