@@ -148,6 +148,37 @@ impl Drop for Server {
     }
 }
 
+/// Starts an iperf3 client in the client host against the server's `port` for `run_s`
+/// seconds, JSON output piped; `download`: the server sends (-R, so a PEP intercepts the
+/// client's connection either way); `extra` arguments after those.
+pub(crate) fn spawn_client(
+    lab: &Lab,
+    port: u16,
+    run_s: u32,
+    download: bool,
+    extra: &[String],
+) -> Result<Child, String> {
+    let mut c = lab.command(Host::Client, "iperf3");
+    c.args([
+        "-c",
+        SERVER_V4,
+        "-p",
+        &port.to_string(),
+        "-t",
+        &run_s.to_string(),
+        "-J",
+    ]);
+    if download {
+        c.arg("-R");
+    }
+    c.args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start iperf3: {e}"))
+}
+
 /// Runs an iperf3 client in `host`, retrying while the server is not listening yet, and calls
 /// `tick(elapsed)` about once a second while it runs.
 fn client(

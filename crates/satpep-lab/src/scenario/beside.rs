@@ -5,7 +5,7 @@
 
 use super::kinds::bulk::Bulk;
 use crate::http::HttpServer;
-use crate::iperf::Server;
+use crate::iperf::{spawn_client, Server};
 use crate::topology::{Host, Lab, SERVER_V4};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -110,27 +110,6 @@ pub fn epoch_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn iperf_client(lab: &Lab, port: u16, run_s: u32, extra: &[String]) -> Result<Child, String> {
-    let mut args: Vec<String> = vec![
-        "-c".into(),
-        SERVER_V4.into(),
-        "-p".into(),
-        port.to_string(),
-        "-t".into(),
-        run_s.to_string(),
-        "-R".into(),
-        "-J".into(),
-    ];
-    args.extend(extra.iter().cloned());
-    lab.command(Host::Client, "iperf3")
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start iperf3: {e}"))
-}
-
 impl Beside {
     /// Starts what `t` asks for beside its run of `dur` seconds. Failures to start are
     /// recorded, not fatal: the bulk run goes on.
@@ -184,7 +163,7 @@ impl Beside {
                         "-l".into(),
                         "1200".into(),
                     ];
-                    Ok((server, iperf_client(lab, CROSS_PORT, run_s, &extra)?))
+                    Ok((server, spawn_client(lab, CROSS_PORT, run_s, true, &extra)?))
                 });
             match started {
                 Ok(x) => b.cross = Some(x),
@@ -193,7 +172,7 @@ impl Beside {
         }
         if t.competing {
             let started = Server::start(lab, Host::Server, COMPETING_PORT)
-                .and_then(|s| Ok((s, iperf_client(lab, COMPETING_PORT, run_s, &[])?)));
+                .and_then(|s| Ok((s, spawn_client(lab, COMPETING_PORT, run_s, true, &[])?)));
             match started {
                 Ok(x) => b.competing = Some(x),
                 Err(e) => b.errors.push(format!("competing flow: {e}")),

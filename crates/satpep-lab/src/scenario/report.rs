@@ -1196,19 +1196,8 @@ fn distributions(
     plot_err: &mut Option<String>,
 ) -> Vec<(String, String, String)> {
     let part = &sc.parts[pi];
-    let mut points: Vec<&Vec<Value>> = Vec::new();
-    for c in sc.cells.iter().filter(|c| c.part == pi) {
-        if !points.contains(&&c.point) {
-            points.push(&c.point);
-        }
-    }
     let mut outv = Vec::new();
-    for (k, point) in points.into_iter().enumerate() {
-        let cells: Vec<_> = sc
-            .cells
-            .iter()
-            .filter(|c| c.part == pi && &c.point == point)
-            .collect();
+    for (k, (_, cells)) in sc.part_points(pi).into_iter().enumerate() {
         let where_ = cells
             .first()
             .map(|c| point_of(sc, c.index))
@@ -1275,23 +1264,13 @@ fn series_section(doc: &mut Doc, sc: &Scenario, out: &Path, runs: &[RunRecord]) 
     };
     let mut overlays = Vec::new();
     for (pi, part) in sc.parts.iter().enumerate() {
-        let mut points: Vec<&Vec<Value>> = Vec::new();
-        for c in sc.cells.iter().filter(|c| c.part == pi) {
-            if !points.contains(&&c.point) {
-                points.push(&c.point);
-            }
-        }
-        for (k, point) in points.into_iter().enumerate() {
+        for (k, (_, cells)) in sc.part_points(pi).into_iter().enumerate() {
             let mut p = LinePlot {
                 x_label: "time (s)".into(),
                 y_label: "goodput, all flows (Mbit/s)".into(),
                 ..Default::default()
             };
-            for c in sc
-                .cells
-                .iter()
-                .filter(|c| c.part == pi && &c.point == point)
-            {
+            for c in cells {
                 let Some(r) = first(c.index) else { continue };
                 let total = total_goodput(r);
                 if total.len() > 1 {

@@ -3,15 +3,15 @@
 //! competing TCP flow).
 
 use super::{check_count, one, Kind};
-use crate::iperf::Server;
+use crate::iperf::{spawn_client, Server};
 use crate::scenario::beside::Beside;
 use crate::scenario::spec::{CellSpec, Metric, Size, Span};
 use crate::scenario::traffic::{jain, wait_child, watch_first_data, FlowRecord, RunRecord};
-use crate::topology::{Host, Lab, SERVER_V4};
+use crate::topology::{Host, Lab};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::ops::Range;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// First iperf3 port; flow i uses BASE_PORT + i.
@@ -129,7 +129,7 @@ impl Kind for Bulk {
         lab: &Lab,
         cell: &CellSpec,
         rec: &mut RunRecord,
-        limit_bps: f64,
+        limit_bps: Option<f64>,
         tick: &mut dyn FnMut(f64),
     ) -> Result<(), String> {
         run_bulk(self, lab, cell, rec, limit_bps, tick)
@@ -141,7 +141,7 @@ fn run_bulk(
     lab: &Lab,
     spec: &CellSpec,
     rec: &mut RunRecord,
-    limit_bps: f64,
+    limit_bps: Option<f64>,
     tick: &mut dyn FnMut(f64),
 ) -> Result<(), String> {
     let dur = spec.duration.secs();
@@ -191,36 +191,18 @@ fn run_bulk(
         };
         ccs.push(cc.clone());
         let run_for = (dur - stagger * i as f64).round().max(1.0) as u32;
-        let mut args: Vec<String> = vec![
-            "-c".into(),
-            SERVER_V4.into(),
-            "-p".into(),
-            (BASE_PORT + i as u16).to_string(),
-            "-t".into(),
-            run_for.to_string(),
-            "-J".into(),
-        ];
-        if download {
-            args.push("-R".into());
-        }
+        let mut extra: Vec<String> = Vec::new();
         if !cc.is_empty() {
             crate::topology::ensure_cc(&cc)?;
-            args.extend(["-C".into(), cc]);
+            extra.extend(["-C".into(), cc]);
         }
         if let Some(w) = &t.window {
-            args.extend(["-w".into(), w.bytes().to_string()]);
+            extra.extend(["-w".into(), w.bytes().to_string()]);
         }
-        let child = if server.is_some() {
-            lab.command(client_host, "iperf3")
-                .args(&args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("cannot start iperf3: {e}"))
-                .ok()
-        } else {
-            None
+        let port = BASE_PORT + i as u16;
+        let child = match server {
+            Some(_) => spawn_client(lab, port, run_for, download, &extra).ok(),
+            None => None,
         };
         children.push(child);
     }
@@ -311,7 +293,7 @@ fn run_bulk(
     // The link as the emulator runs it, resolved once (traces may be files): the limit's
     // rate trace and the probe's delay traces are read from it.
     let cfg = spec.link_spec().and_then(|l| l.resolve());
-    let limit_bps = match &cfg {
+    let limit_bps = limit_bps.map(|limit_bps| match &cfg {
         Ok(cfg) => {
             let d = if download { &cfg.forward } else { &cfg.ret };
             // With a rate trace the limit is the trace's mean over the measured span.
@@ -336,9 +318,8 @@ fn run_bulk(
             }
         }
         Err(_) => limit_bps,
-    };
-    // A bridged link has no limit but the CPU (NaN).
-    rec.limit_bps = limit_bps.is_finite().then_some(limit_bps);
+    });
+    rec.limit_bps = limit_bps;
     if rec.failures == 0 {
         rec.samples.push(goodput);
         rec.utilization = rec.limit_bps.map(|l| goodput / l);
