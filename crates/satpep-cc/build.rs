@@ -65,17 +65,21 @@ fn camel(name: &str) -> String {
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed=src/bpf");
-    let mut names: Vec<String> = std::fs::read_dir("src/bpf")
+    // Every file there (headers included) rebuilds; the controllers are satpep_*.bpf.c.
+    let files: Vec<String> = std::fs::read_dir("src/bpf")
         .expect("src/bpf")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|f| f.strip_suffix(".bpf.c").map(str::to_string))
+        .collect();
+    for f in &files {
+        println!("cargo:rerun-if-changed=src/bpf/{f}");
+    }
+    let mut names: Vec<&str> = files
+        .iter()
+        .filter_map(|f| f.strip_suffix(".bpf.c"))
         .filter(|n| n.starts_with("satpep_"))
         .collect();
     names.sort();
     let mut sources = Vec::new();
-    for entry in std::fs::read_dir("src/bpf").expect("src/bpf").flatten() {
-        println!("cargo:rerun-if-changed={}", entry.path().display());
-    }
     for name in &names {
         let src = format!("src/bpf/{name}.bpf.c");
         sources.push(read(name, &src));
