@@ -158,20 +158,44 @@ pub(crate) fn spawn_client(
     download: bool,
     extra: &[String],
 ) -> Result<Child, String> {
-    let mut c = lab.command(Host::Client, "iperf3");
-    c.args([
-        "-c",
-        SERVER_V4,
-        "-p",
-        &port.to_string(),
-        "-t",
-        &run_s.to_string(),
-        "-J",
-    ]);
+    spawn_client_after(lab, port, run_s, download, extra, 0.0)
+}
+
+/// [`spawn_client`], the client starting `after_s` seconds from now (a shell in the client
+/// host sleeps, then becomes iperf3: the returned child is iperf3 from then on).
+pub(crate) fn spawn_client_after(
+    lab: &Lab,
+    port: u16,
+    run_s: u32,
+    download: bool,
+    extra: &[String],
+    after_s: f64,
+) -> Result<Child, String> {
+    let mut args: Vec<String> = vec![
+        "-c".into(),
+        SERVER_V4.into(),
+        "-p".into(),
+        port.to_string(),
+        "-t".into(),
+        run_s.to_string(),
+        "-J".into(),
+    ];
     if download {
-        c.arg("-R");
+        args.push("-R".into());
     }
-    c.args(extra)
+    args.extend_from_slice(extra);
+    let mut c = if after_s > 0.0 {
+        let mut c = lab.command(Host::Client, "sh");
+        c.args([
+            "-c",
+            "sleep \"$0\" && exec iperf3 \"$@\"",
+            &format!("{after_s:.3}"),
+        ]);
+        c
+    } else {
+        lab.command(Host::Client, "iperf3")
+    };
+    c.args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -63,6 +63,9 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[[config]]\nname = \"a\"\n[[reference]]\nconfig = \"b\"\nvalue = 1.0\nsource = \"x\"\n", "no config named 'b'"),
         ("[[config]]\nname = \"a\"\npep = { mode = \"tunnel\", cc = \"warp\" }\n", "pep.cc"),
         ("[[part]]\ntitle = \"no name\"\n", "part #1: needs a name"),
+        ("[traffic]\ncompeting_after = \"1s\"\n", "traffic.competing_after '1s': needs competing = true"),
+        ("[traffic]\ncompeting = true\ncompeting_after = \"2s\"\n", "traffic.competing_after '2s': with the"),
+        ("[traffic]\ncompeting = true\ncompeting_after = \"soon\"\n", "traffic: competing_after"),
     ];
     for (extra, want) in cases {
         let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);

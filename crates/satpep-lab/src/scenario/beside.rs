@@ -5,7 +5,7 @@
 
 use super::kinds::bulk::Bulk;
 use crate::http::HttpServer;
-use crate::iperf::{spawn_client, Server};
+use crate::iperf::{spawn_client, spawn_client_after, Server};
 use crate::topology::{Host, Lab, SERVER_V4};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -37,6 +37,11 @@ pub struct BesideRecord {
     /// Competing end-to-end TCP flow: goodput after the warm-up, bit/s.
     #[serde(default)]
     pub competing_bps: Option<f64>,
+    /// The transfer's goodput over the competing flow's measured span (from its arrival
+    /// plus the warm-up), bit/s, when it arrived later (`competing_after`); otherwise the
+    /// transfer's own goodput is compared with it.
+    #[serde(default)]
+    pub transfer_beside_competing_bps: Option<f64>,
     /// Request/responses: seconds each, the first (which also connects) left out.
     #[serde(default)]
     pub responses: Vec<f64>,
@@ -171,8 +176,12 @@ impl Beside {
             }
         }
         if t.competing {
-            let started = Server::start(lab, Host::Server, COMPETING_PORT)
-                .and_then(|s| Ok((s, spawn_client(lab, COMPETING_PORT, run_s, true, &[])?)));
+            let started = Server::start(lab, Host::Server, COMPETING_PORT).and_then(|s| {
+                let after = t.competing_after.secs();
+                let run_for = (dur - after).round().max(1.0) as u32;
+                let c = spawn_client_after(lab, COMPETING_PORT, run_for, true, &[], after)?;
+                Ok((s, c))
+            });
             match started {
                 Ok(x) => b.competing = Some(x),
                 Err(e) => b.errors.push(format!("competing flow: {e}")),

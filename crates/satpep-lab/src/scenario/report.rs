@@ -166,8 +166,11 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                     &mine
                         .iter()
                         .filter_map(|r| {
-                            let c = r.beside.as_ref()?.competing_bps?;
-                            let g = *r.samples.first()?;
+                            let b = r.beside.as_ref()?;
+                            let c = b.competing_bps?;
+                            let g = b
+                                .transfer_beside_competing_bps
+                                .or_else(|| r.samples.first().copied())?;
                             Some(100.0 * g / (g + c).max(1.0))
                         })
                         .collect::<Vec<_>>(),
@@ -600,6 +603,17 @@ fn targets_table(sc: &Scenario, part: &Part, res: &[&CellResult]) -> Option<(Str
     let mark = |ok: bool| if ok { "✓" } else { "✗" };
     let table = grid(part, &mine, &|r| {
         let mut parts = Vec::new();
+        if r.share.n > 0 {
+            let (lo, hi) = t.share_pct;
+            let s = r.share.mean;
+            return format!(
+                "{} share {:.1} % in {:.0}–{:.0} %",
+                mark((lo..=hi).contains(&s)),
+                s,
+                lo,
+                hi
+            );
+        }
         if r.utilization.n > 0 {
             let g = r.utilization.mean;
             parts.push(format!("{} {:.1} %", mark(g >= t.goodput), g * 100.0));
@@ -644,13 +658,15 @@ fn targets_table(sc: &Scenario, part: &Part, res: &[&CellResult]) -> Option<(Str
     });
     Some((
         format!(
-            "targets: goodput ≥ {:.0} % of the limit and ≥ the best end-to-end ({}); queueing delay p95 ≤ max({:.0} ms, {:.0} % of the base RTT), where the forward rate steps down in steady state (the {:.0} s after each step left out) and back under it within those {:.0} s (worst step per run)",
+            "targets: goodput ≥ {:.0} % of the limit and ≥ the best end-to-end ({}); queueing delay p95 ≤ max({:.0} ms, {:.0} % of the base RTT), where the forward rate steps down in steady state (the {:.0} s after each step left out) and back under it within those {:.0} s (worst step per run); beside a competing end-to-end TCP flow, a share of {:.0}–{:.0} %",
             t.goodput * 100.0,
             t.end_to_end.join(", "),
             t.queue_ms,
             t.queue_share * 100.0,
             RECOVERY_S,
-            RECOVERY_S
+            RECOVERY_S,
+            t.share_pct.0,
+            t.share_pct.1
         ),
         table,
     ))

@@ -54,7 +54,8 @@ pub struct Scenario {
 
 /// The real-links targets a report checks per cell of satpep's configurations: goodput
 /// ≥ `goodput` of the physical limit and ≥ the best of the `end_to_end` configurations at the
-/// same point; the probe's queueing delay p95 ≤ max(`queue_ms`, `queue_share` × base RTT).
+/// same point; the probe's queueing delay p95 ≤ max(`queue_ms`, `queue_share` × base RTT);
+/// beside a competing flow, a share within `share_pct`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Targets {
@@ -71,6 +72,15 @@ pub struct Targets {
     /// … or this share of the base RTT, whichever is larger.
     #[serde(default = "queue_share_target")]
     pub queue_share: f64,
+    /// Beside a competing end-to-end TCP flow, the transfer's share of the two goodputs (%)
+    /// lies in this range; such cells are judged by it alone (the limit counts the whole link,
+    /// and the queue is the competitor's).
+    #[serde(default = "share_target")]
+    pub share_pct: (f64, f64),
+}
+
+fn share_target() -> (f64, f64) {
+    (40.0, 60.0)
 }
 
 fn goodput_target() -> f64 {

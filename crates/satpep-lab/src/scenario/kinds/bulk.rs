@@ -59,6 +59,11 @@ pub struct Bulk {
     /// the server's controller); the shares are reported.
     #[serde(default)]
     pub competing: bool,
+    /// The competing flow arrives this long after the transfer began (default 0: both start
+    /// together), e.g. "10s"; the share is then read from its arrival plus the warm-up, for
+    /// both flows over the same span.
+    #[serde(default = "zero")]
+    pub competing_after: Span,
     /// Small request/responses beside the transfer, one a second on one keep-alive
     /// connection through the PEP, each fetching a file of this size, e.g. "1KB".
     #[serde(default)]
@@ -80,6 +85,7 @@ impl Default for Bulk {
             probe: false,
             cross_udp: None,
             competing: false,
+            competing_after: zero(),
             requests: None,
         }
     }
@@ -109,6 +115,20 @@ impl Kind for Bulk {
         }
         for cc in &self.cc {
             crate::scenario::spec::check_cc_name(cc).map_err(|e| format!("cc: {e}"))?;
+        }
+        let after = self.competing_after.secs();
+        if after > 0.0 && !self.competing {
+            return Err(format!(
+                "competing_after '{}': needs competing = true",
+                self.competing_after
+            ));
+        }
+        if after > 0.0 && after + cell.warmup.secs() + 2.0 > d {
+            return Err(format!(
+                "competing_after '{}': with the {} warm-up after it, less than 2 s of the {} \
+                 run is left to measure the share",
+                self.competing_after, cell.warmup, cell.duration
+            ));
         }
         if let Some(r) = &self.cross_udp {
             satpep_link::units::parse_rate(r).map_err(|e| format!("cross_udp: {e}"))?;
@@ -329,7 +349,18 @@ fn run_bulk(
             cfg.as_ref()
                 .map_or(0.0, |c| crate::scenario::beside::base_rtt_ms(c, u))
         };
-        rec.beside = Some(beside.finish(&base, warm, data_epoch, &mut rec.errors));
+        let mut b = beside.finish(&base, warm, data_epoch, &mut rec.errors);
+        // A competitor that arrived later is compared with what the transfer delivered
+        // over the same span: from its arrival and the warm-up on.
+        let after = t.competing_after.secs();
+        if t.competing && after > 0.0 {
+            let from = after + warm;
+            let bytes: u64 = flows.iter().map(|f| window(f, from).0).sum();
+            let end = flows.iter().map(|f| window(f, from).2).fold(from, f64::max);
+            b.transfer_beside_competing_bps =
+                (end > from).then(|| bytes as f64 * 8.0 / (end - from));
+        }
+        rec.beside = Some(b);
     }
     if n > 1 {
         rec.jain = Some(jain(
