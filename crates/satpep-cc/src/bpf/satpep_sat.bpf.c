@@ -68,6 +68,9 @@ char _license[] SEC("license") = "GPL";
 #define INITIAL_CWND 32U
 #define MIN_CWND 4U
 #define COMPETE_AT_LEAST_MS 20000U
+/* Rounds in the competitive mode before its own delivery rate may lower the floor: the first
+ * ACKs of it are for what the drains sent. */
+#define COMPETE_OWN_ROUNDS 3U
 /* Bytes a segment takes on the wire beyond its payload (TCP/IP headers with options, and
  * Ethernet). */
 #define FRAME_OVERHEAD 66U
@@ -729,8 +732,18 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 			u32 w = tp->snd_cwnd;
 
 			ca->reacted = 1;
-			if (ca->bw)
-				ca->bw_peak = (u32)min((u64)ca->bw_peak, 2ULL * max(ca->bw, ca->round_bw));
+			u32 got = max(ca->bw, ca->round_bw);
+
+			/* Only once the rate samples are this mode's (those of the drains before it
+			 * describe the cut windows: at the first loss, the competitor's start
+			 * overflowing the buffer, they lowered the floor to a quarter of the link
+			 * for the rest of the run, a share of 29-30 % as the incumbent), and only
+			 * for a shortfall of more than a third: a paced sender loses 10-15 % of its
+			 * packets at a drop-tail buffer kept full, and lowering the floor to each
+			 * loss's delivery ratcheted it down by that much at every loss. */
+			if (got && ca->phase_rounds >= COMPETE_OWN_ROUNDS &&
+			    3ULL * got < (u64)ca->bw_peak)
+				ca->bw_peak = 2 * got;
 			/* At the floor the curve goes on: restarting it there held the window flat
 			 * on the curve's plateau for a whole run (a share of 34 %, three runs of
 			 * 30 s) while the competitor cut and grew back around it. */
