@@ -798,8 +798,8 @@ impl Core {
         if let Some(window) = self.checking.take() {
             // The check found the queue still there: the competitor stays. Back to the
             // window the check gave up, at once; counting failed drains from two again (as
-            // before) gave up the link for another 5-6 s each 20 s, while a loss-based
-            // competitor took what the drains left.
+            // before) cut the rate at each, while a loss-based competitor took what the
+            // drains left (simulator: 0.505 of the link from 30 to 90 s, 0.581 since).
             self.window = window.max(self.fair_share());
             self.cubic_from(now);
             self.compete_since = now;
