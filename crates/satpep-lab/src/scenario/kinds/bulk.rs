@@ -302,8 +302,14 @@ fn run_bulk(
     // iperf3's intervals count from the first data's arrival, seconds after the client
     // started; what arrived then passed the emulator one forward delay earlier.
     let data_epoch = first_data.finish();
-    let total_bytes: u64 = flows.iter().map(|f| window(f, warm).0).sum();
-    let last_end = flows.iter().map(|f| window(f, warm).2).fold(warm, f64::max);
+    // All flows' bytes from `from` on, and where the last of them ends.
+    let all_after = |flows: &[FlowRecord], from: f64| -> (u64, f64) {
+        flows.iter().fold((0, from), |(b, e), f| {
+            let (fb, _, fe) = window(f, from);
+            (b + fb, e.max(fe))
+        })
+    };
+    let (total_bytes, last_end) = all_after(&flows, warm);
     let span = (last_end - warm).max(1e-3);
     let goodput = total_bytes as f64 * 8.0 / span;
     for f in flows.iter_mut() {
@@ -355,8 +361,7 @@ fn run_bulk(
         let after = t.competing_after.secs();
         if t.competing && after > 0.0 {
             let from = after + warm;
-            let bytes: u64 = flows.iter().map(|f| window(f, from).0).sum();
-            let end = flows.iter().map(|f| window(f, from).2).fold(from, f64::max);
+            let (bytes, end) = all_after(&flows, from);
             b.transfer_beside_competing_bps =
                 (end > from).then(|| bytes as f64 * 8.0 / (end - from));
         }
