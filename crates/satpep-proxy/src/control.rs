@@ -112,6 +112,21 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         r,
         &|f| f.model_rtt.map(|d| d.as_secs_f64()),
     );
+    // A state set, as Prometheus writes one: 1 for the current phase, 0 for the others.
+    let phases = Labelled::<Gauge<f64, AtomicU64>>::default();
+    for (peer, f) in &figures {
+        let Some(now) = f.phase else { continue };
+        for p in satpep_tunnel::congestion::satellite::Phase::ALL {
+            phases
+                .get_or_create(&labels(&[("peer", peer), ("phase", p.name())]))
+                .set(if p == now { 1.0 } else { 0.0 });
+        }
+    }
+    r.register(
+        "tunnel_controller_phase",
+        "The satellite controller's phase (1 for the current one): startup, drain, cruise, probe or compete",
+        phases,
+    );
     let counter = |name: &str,
                    help: &str,
                    r: &mut prometheus_client::registry::Registry,

@@ -489,6 +489,8 @@ pub struct TunnelFigures {
     pub udp_rx: u64,
     /// Path MTU in use.
     pub mtu: u16,
+    /// The satellite controller's phase (None with other controllers).
+    pub phase: Option<satpep_tunnel::congestion::satellite::Phase>,
 }
 
 impl TunnelFigures {
@@ -518,6 +520,7 @@ impl TunnelFigures {
             udp_tx: s.udp_tx.bytes,
             udp_rx: s.udp_rx.bytes,
             mtu: p.current_mtu,
+            phase: sat.as_ref().map(|x| x.phase()),
         }
     }
 }

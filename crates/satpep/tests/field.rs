@@ -63,6 +63,23 @@ fn the_tunnel_told_nothing_fills_a_geo_link() {
         q <= 100.0,
         "queueing delay p95 {q:.1} ms (target: 10 % of 560 ms)"
     );
+    // The tunnel's own controller, read from the gateway's /metrics every half second: it
+    // started, found the link's rate (50 Mbit/s of frames, ~48 of payload) and base RTT
+    // (560 ms), and cruised at them.
+    let t = &rec.tunnel;
+    assert!(t.len() >= 40, "{} tunnel samples in 35 s", t.len());
+    let phases: std::collections::BTreeSet<&str> = t.iter().map(|s| s.phase.as_str()).collect();
+    assert!(phases.contains("cruise"), "phases seen: {phases:?}");
+    let last = t.last().unwrap();
+    let rate = last.model_rate_bps.unwrap() / 1e6;
+    assert!((42.0..52.0).contains(&rate), "rate model {rate} Mbit/s");
+    let base = last.model_base_rtt_ms.unwrap();
+    assert!((559.0..575.0).contains(&base), "base RTT model {base} ms");
+    assert!(
+        last.window_bytes > 1_000_000,
+        "window {} B",
+        last.window_bytes
+    );
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod runner;
 pub mod spec;
 pub mod stats;
 pub mod traffic;
+pub mod tunnel_state;
 
 pub use runner::{run, RunOptions};
 pub use spec::Scenario;

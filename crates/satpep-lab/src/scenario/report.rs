@@ -869,8 +869,9 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
 /// What the results directory holds, as the report's last line says it.
 const FILES: &str = "Files: runs.csv (one row per run), summary.csv (per cell), series.csv \
     (goodput per flow per second), sockets.csv (satellite-leg sender's cwnd, RTT and controller \
+    every 0.5 s), tunnel.csv (tunnel mode: the tunnel's window, RTT, rate model and phase \
     every 0.5 s), results.json (all of it), metric-*.svg/png, cdf-*.svg/png, series/*.svg, \
-    report.html. Column names end in their unit (_bps, _s, _ms, _pct, _frac, _segments).";
+    report.html. Column names end in their unit (_bps, _s, _ms, _pct, _frac, _segments, _bytes).";
 
 /// A sweep point as `label=value; …`.
 fn point_of(sc: &Scenario, cell: usize) -> String {
@@ -957,6 +958,9 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
     let mut series = String::from("cell,repetition,flow,cc,t_s,bytes\n");
     let mut sockets =
         String::from("cell,repetition,flow,t_s,cwnd_segments,rtt_ms,retrans_segments,cc\n");
+    let mut tunnel = String::from(
+        "cell,repetition,t_s,window_bytes,rtt_ms,model_rate_bps,model_base_rtt_ms,phase\n",
+    );
     for r in runs {
         for (i, f) in r.flows.iter().enumerate() {
             for (t, b) in &f.series {
@@ -974,12 +978,28 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
                 r.cell, r.repetition, s.flow, s.t, s.cwnd, s.rtt_ms, s.retrans, s.cc
             );
         }
+        for s in &r.tunnel {
+            let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                tunnel,
+                "{},{},{:.2},{},{:.1},{},{},{}",
+                r.cell,
+                r.repetition,
+                s.t,
+                s.window_bytes,
+                s.rtt_ms,
+                o(s.model_rate_bps),
+                o(s.model_base_rtt_ms),
+                s.phase
+            );
+        }
     }
     vec![
         ("runs.csv", runs_csv),
         ("summary.csv", summary),
         ("series.csv", series),
         ("sockets.csv", sockets),
+        ("tunnel.csv", tunnel),
     ]
 }
 
@@ -1422,10 +1442,57 @@ fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
         s.cwnd as f64
     });
     let rtt = panel(&format!("{who}: smoothed RTT"), "ms", &|s| s.rtt_ms);
-    [p, w, rtt]
+    let mut v: Vec<LinePlot> = [p, w, rtt]
         .into_iter()
         .filter(|q| !q.lines.is_empty())
-        .collect()
+        .collect();
+    v.extend(tunnel_panels(&r.tunnel));
+    v
+}
+
+/// The tunnel's sending end over a run (none without samples): its window, its rate model
+/// and its RTTs.
+fn tunnel_panels(t: &[super::tunnel_state::TunnelSample]) -> Vec<LinePlot> {
+    if t.is_empty() {
+        return Vec::new();
+    }
+    let line = |name: &str, v: &dyn Fn(&super::tunnel_state::TunnelSample) -> Option<f64>| Line {
+        name: name.into(),
+        points: t
+            .iter()
+            .filter_map(|s| v(s).map(|y| (s.t, y, 0.0)))
+            .collect(),
+        reference: vec![],
+    };
+    let plot = |title: &str, y: &str, lines: Vec<Line>| LinePlot {
+        title: title.into(),
+        x_label: "time (s)".into(),
+        y_label: y.into(),
+        lines: lines.into_iter().filter(|l| !l.points.is_empty()).collect(),
+        ..Default::default()
+    };
+    vec![
+        plot(
+            "tunnel's sending end: congestion window",
+            "MB",
+            vec![line("window", &|s| Some(s.window_bytes as f64 / 1e6))],
+        ),
+        plot(
+            "tunnel's sending end: the satellite controller's rate model",
+            "Mbit/s",
+            vec![line("rate model (payload)", &|s| {
+                s.model_rate_bps.map(|b| b / 1e6)
+            })],
+        ),
+        plot(
+            "tunnel's sending end: RTT",
+            "ms",
+            vec![
+                line("smoothed RTT", &|s| Some(s.rtt_ms)),
+                line("base RTT (model)", &|s| s.model_base_rtt_ms),
+            ],
+        ),
+    ]
 }
 
 /// Runs with errors, listed.
@@ -1497,6 +1564,7 @@ mod tests {
             jain: None,
             flows: vec![],
             sockets: vec![],
+            tunnel: vec![],
             leg_retransmits: 3,
             failures: 0,
             errors: vec![],

@@ -3,6 +3,7 @@
 
 use super::beside::BesideRecord;
 use super::spec::CellSpec;
+use super::tunnel_state::TunnelPoll;
 use crate::http::{finish_fetch, spawn_fetch, HttpServer};
 use crate::topology::{Host, Lab, SERVER_V4};
 use serde::{Deserialize, Serialize};
@@ -88,6 +89,9 @@ pub struct RunRecord {
     pub flows: Vec<FlowRecord>,
     /// Satellite-leg sender's sockets over time.
     pub sockets: Vec<SocketSample>,
+    /// Tunnel mode: the tunnel's sending end over time (its proxy's `/metrics`).
+    #[serde(default)]
+    pub tunnel: Vec<super::tunnel_state::TunnelSample>,
     /// Satellite-leg sender's retransmitted segments (largest socket total seen).
     pub leg_retransmits: u64,
     /// Transfers that failed or arrived short (each is also in `errors`).
@@ -364,6 +368,7 @@ pub fn run_once(
         jain: None,
         flows: Vec::new(),
         sockets: Vec::new(),
+        tunnel: Vec::new(),
         leg_retransmits: 0,
         failures: 0,
         errors: Vec::new(),
@@ -381,8 +386,18 @@ pub fn run_once(
     let before = lab.link_stats().ok();
     let kind = spec.traffic.kind();
     let sampler = sample_sockets(lab, leg_sender(spec, kind.downloads()), kind.ports());
+    // The tunnel's sending end: the gateway for downloads, the terminal for uploads.
+    let tunnel = (spec.pep.mode == super::spec::PepMode::Tunnel).then(|| {
+        let host = if kind.downloads() {
+            Host::Gateway
+        } else {
+            Host::Terminal
+        };
+        TunnelPoll::start(lab, host, super::tunnel_state::metrics_addr())
+    });
     let res = kind.run(lab, spec, &mut rec, limit_bps, tick);
     rec.sockets = sampler.finish();
+    rec.tunnel = tunnel.map(TunnelPoll::finish).unwrap_or_default();
     // Each flow's socket counts up; sum the flows' last (largest) counts.
     let mut per_flow = std::collections::BTreeMap::new();
     for s in &rec.sockets {

@@ -137,6 +137,11 @@ impl Satellite {
     pub fn model(&self) -> (u64, Option<Duration>) {
         (self.core.bw, self.core.min_rtt)
     }
+
+    /// Where the controller is in its cycle.
+    pub fn phase(&self) -> Phase {
+        self.core.phase
+    }
 }
 
 /// Where the controller is in its cycle.
@@ -154,6 +159,28 @@ pub enum Phase {
     /// no signal any more, so the window grows as Hybla's does and shrinks by 0.3 on a loss
     /// with a queue, like the loss-based TCP it competes with.
     Compete,
+}
+
+impl Phase {
+    /// Every phase, in the order of [`Phase::name`]'s names.
+    pub const ALL: [Phase; 5] = [
+        Phase::Startup,
+        Phase::Drain,
+        Phase::Cruise,
+        Phase::Probe,
+        Phase::Compete,
+    ];
+
+    /// The phase's name in metrics and logs: startup, drain, cruise, probe or compete.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Startup => "startup",
+            Phase::Drain => "drain",
+            Phase::Cruise => "cruise",
+            Phase::Probe => "probe",
+            Phase::Compete => "compete",
+        }
+    }
 }
 
 /// Delivery rate over short intervals (a quarter base RTT, at least 10 ms), smoothed (each

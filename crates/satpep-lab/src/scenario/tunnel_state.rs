@@ -1,0 +1,162 @@
+//! The tunnel's sending end, sampled every half second through its proxy's `/metrics`
+//! endpoint. `ss` sees TCP only, so in tunnel mode the sockets it samples are the server's,
+//! on the terrestrial leg; this is the satellite hop's own controller: its window, RTT, rate
+//! model and phase.
+
+use crate::checked::in_netns;
+use crate::topology::{Host, Lab};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// One sample of the tunnel's sending end.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TunnelSample {
+    /// Seconds since the traffic started.
+    pub t: f64,
+    /// Congestion window, bytes.
+    pub window_bytes: u64,
+    /// Smoothed RTT, ms.
+    pub rtt_ms: f64,
+    /// The satellite controller's rate model, bit/s (None with other controllers).
+    pub model_rate_bps: Option<f64>,
+    /// The satellite controller's base RTT, ms.
+    pub model_base_rtt_ms: Option<f64>,
+    /// The satellite controller's phase: startup, drain, cruise, probe or compete (empty
+    /// with other controllers).
+    pub phase: String,
+}
+
+/// Where the lab's proxies serve `/metrics`: the proxy's default (the lab does not move it).
+pub fn metrics_addr() -> SocketAddr {
+    satpep_proxy::config::ProxyFile::default()
+        .proxy
+        .metrics
+        .parse()
+        .expect("the proxy's default metrics address parses")
+}
+
+/// Samples the tunnel of the proxy in `host` until [`TunnelPoll::finish`].
+pub(crate) struct TunnelPoll {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Result<Vec<TunnelSample>, String>>,
+}
+
+impl TunnelPoll {
+    /// Starts sampling the proxy in `host`, whose `/metrics` is at `addr` in its namespace.
+    pub(crate) fn start(lab: &Lab, host: Host, addr: SocketAddr) -> TunnelPoll {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let handle = in_netns(&lab.ns(host), move || {
+            let (t0, every) = (Instant::now(), Duration::from_millis(500));
+            let mut out = Vec::new();
+            while !s2.load(Ordering::Relaxed) {
+                let t = t0.elapsed();
+                if let Some(s) = fetch(addr).and_then(|text| parse(&text, t.as_secs_f64())) {
+                    out.push(s);
+                }
+                while t0.elapsed() < t + every && !s2.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            out
+        });
+        TunnelPoll { stop, handle }
+    }
+
+    /// Stops sampling; the samples taken (none if the namespace could not be entered).
+    pub(crate) fn finish(self) -> Vec<TunnelSample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .join()
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or_default()
+    }
+}
+
+/// The body of `GET /metrics` at `addr`, or None (the proxy not up yet, a slow reply).
+fn fetch(addr: SocketAddr) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: satpep\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+}
+
+/// The first tunnel's figures in a Prometheus exposition, at `t` s; None when no tunnel is
+/// up (no window reported).
+pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
+    let mut s = TunnelSample {
+        t,
+        window_bytes: 0,
+        rtt_ms: 0.0,
+        model_rate_bps: None,
+        model_base_rtt_ms: None,
+        phase: String::new(),
+    };
+    let mut window = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((key, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = key.split_once('{').unwrap_or((key, ""));
+        match name.strip_prefix("satpep_").unwrap_or(name) {
+            "tunnel_window_bytes" if window.is_none() => window = Some(v as u64),
+            "tunnel_rtt_seconds" if s.rtt_ms == 0.0 => s.rtt_ms = v * 1e3,
+            "tunnel_model_rate_bits_per_second" if s.model_rate_bps.is_none() => {
+                s.model_rate_bps = Some(v)
+            }
+            "tunnel_model_base_rtt_seconds" if s.model_base_rtt_ms.is_none() => {
+                s.model_base_rtt_ms = Some(v * 1e3)
+            }
+            "tunnel_controller_phase" if v == 1.0 && s.phase.is_empty() => {
+                s.phase = labels
+                    .split_once("phase=\"")
+                    .and_then(|(_, rest)| rest.split_once('"'))
+                    .map_or(String::new(), |(p, _)| p.to_string());
+            }
+            _ => {}
+        }
+    }
+    s.window_bytes = window?;
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_first_tunnel_of_an_exposition() {
+        // As the proxy writes it (its registry's prefix; the phase a state set).
+        let text = "# HELP satpep_tunnel_window_bytes Congestion window\n\
+            # TYPE satpep_tunnel_window_bytes gauge\n\
+            satpep_tunnel_window_bytes{peer=\"198.18.2.1:7701\"} 3541376.0\n\
+            satpep_tunnel_rtt_seconds{peer=\"198.18.2.1:7701\"} 0.5832\n\
+            satpep_tunnel_model_rate_bits_per_second{peer=\"198.18.2.1:7701\"} 46640856.0\n\
+            satpep_tunnel_model_base_rtt_seconds{peer=\"198.18.2.1:7701\"} 0.5604\n\
+            satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"startup\"} 0.0\n\
+            satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"drain\"} 1.0\n\
+            satpep_tunnel_window_bytes{peer=\"198.18.2.9:7701\"} 5.0\n";
+        let s = parse(text, 1.5).unwrap();
+        assert_eq!(s.t, 1.5);
+        assert_eq!(s.window_bytes, 3_541_376);
+        assert!((s.rtt_ms - 583.2).abs() < 1e-9);
+        assert_eq!(s.model_rate_bps, Some(46_640_856.0));
+        assert!((s.model_base_rtt_ms.unwrap() - 560.4).abs() < 1e-9);
+        assert_eq!(s.phase, "drain");
+        // No tunnel up: no sample.
+        assert_eq!(parse("satpep_tunnel_connected 0\n", 0.0), None);
+    }
+}
