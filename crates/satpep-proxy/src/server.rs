@@ -1,7 +1,7 @@
 //! The proxy's main loop: listen, install interception, accept and split connections, and
 //! remove interception on exit.
 
-use crate::config::{ProxyConfig, Role, TunnelConfig};
+use crate::config::{Leg, ProxyConfig, Role, TunnelConfig};
 use crate::netfilter;
 use crate::registry::{Counters, Registry};
 use crate::relay::{relay, End};
@@ -102,20 +102,42 @@ pub async fn run(
     reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
 ) -> Result<Arc<Registry>, String> {
     let mut cfg = cfg;
-    let default_cc = default_satellite_congestion(&mut cfg);
-    let (down_leg, up_leg) = if cfg.satellite_upstream {
+    // satpep's own congestion controls stay loaded while the proxy runs (sockets still using
+    // them keep them registered until they close).
+    let bundled = check_and_load(&mut cfg)?;
+    let r = match cfg.tunnel.clone().filter(|t| t.role == Role::Gateway) {
+        Some(t) => {
+            // Toward the servers is the terrestrial leg, whatever satellite_side says.
+            let server_leg = cfg.terrestrial.clone();
+            gateway(cfg, t, server_leg, stop, reload).await
+        }
+        None => intercept(cfg, stop, reload).await,
+    };
+    drop(bundled);
+    r
+}
+
+/// The legs toward the clients (down) and toward the servers (up).
+fn legs_of(cfg: &ProxyConfig) -> (Leg, Leg) {
+    if cfg.satellite_upstream {
         (cfg.terrestrial.clone(), cfg.satellite.clone())
     } else {
         (cfg.satellite.clone(), cfg.terrestrial.clone())
-    };
-    if let Some(e) = crate::preflight::fastopen_refusals(&cfg).into_iter().next() {
+    }
+}
+
+/// What can fail before anything is installed: Fast Open, the congestion controls the
+/// configuration names (satpep's own are loaded here, for as long as the returned handles
+/// live, unless something else such as `satpep cc load --pin` already registered them) and
+/// the adaptive policy's. Each error names the config key that asked.
+fn check_and_load(cfg: &mut ProxyConfig) -> Result<Vec<satpep_cc::Loaded>, String> {
+    let default_cc = default_satellite_congestion(cfg);
+    let (down_leg, up_leg) = legs_of(cfg);
+    if let Some(e) = crate::preflight::fastopen_refusals(cfg).into_iter().next() {
         return Err(e);
     }
-    // satpep's own congestion controls are loaded for as long as the proxy runs, unless
-    // something else (satpep cc load --pin) already registered them. Each wanted one comes
-    // with the config key that asked for it, for the error message.
     let mut bundled: Vec<satpep_cc::Loaded> = default_cc.into_iter().collect();
-    for (cc, key) in crate::preflight::wanted_congestion(&cfg) {
+    for (cc, key) in crate::preflight::wanted_congestion(cfg) {
         let ours = satpep_cc::BUNDLED.iter().any(|b| b.name == cc);
         let loaded = bundled.iter().any(|l| l.name == cc);
         if ours && !loaded && !satpep_cc::available().contains(&cc) {
@@ -140,34 +162,23 @@ pub async fn run(
             ));
         }
     }
-    // Check the congestion controls before intercepting anything.
     for leg in [&down_leg, &up_leg] {
         let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
             .map_err(|e| e.to_string())?;
         tune(SockRef::from(&probe), leg).map_err(|e| e.to_string())?;
     }
-    if let Some(t) = cfg.tunnel.clone().filter(|t| t.role == Role::Gateway) {
-        // Toward the servers is the terrestrial leg, whatever satellite_side says.
-        let server_leg = cfg.terrestrial.clone();
-        let r = gateway(cfg, t, server_leg, stop, reload).await;
-        drop(bundled);
-        return r;
-    }
-    // A split connection holds two sockets here, a tunnel flow one. Past what fits, new
-    // connections bypass (as at proxy.max_connections) instead of failing to be accepted.
-    let budget = crate::preflight::fd_budget(&cfg);
-    crate::relay::set_pipe_budget(budget.pipes);
-    let short = crate::preflight::budget_shortfall(&cfg, &budget);
-    for w in &short {
-        warn!(limit = budget.limit, "{w}");
-    }
-    if short.is_empty() {
-        tracing::debug!(
-            limit = budget.limit,
-            pipes = budget.pipes,
-            "descriptor budget"
-        );
-    }
+    Ok(bundled)
+}
+
+/// Split mode, or a tunnel's terminal: intercepts clients until `stop`, then removes the
+/// interception.
+async fn intercept(
+    cfg: ProxyConfig,
+    stop: tokio::sync::mpsc::UnboundedReceiver<()>,
+    reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
+) -> Result<Arc<Registry>, String> {
+    let (down_leg, up_leg) = legs_of(&cfg);
+    let budget = descriptor_budget(&cfg);
     let registry = Arc::new(Registry::default());
     let terminal = match &cfg.tunnel {
         Some(t) => {
@@ -187,8 +198,7 @@ pub async fn run(
     let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
     let control = start_control(&cfg, &registry).await?;
     // The legs new connections get; a reload replaces them (lifecycle::keep).
-    let (legs_tx, mut legs) =
-        tokio::sync::watch::channel((Arc::new(down_leg.clone()), Arc::new(up_leg.clone())));
+    let (legs_tx, legs) = tokio::sync::watch::channel((Arc::new(down_leg), Arc::new(up_leg)));
     // The queue is read before the rules that fill it exist.
     let holder = if cfg.strict {
         Some(crate::hold::start(
@@ -205,25 +215,7 @@ pub async fn run(
     } else {
         None
     };
-    if let Err(e) = netfilter::install(&cfg) {
-        if let Some(h) = &holder {
-            h.stop();
-        }
-        return Err(e);
-    }
-    info!(
-        port = cfg.port,
-        mark = cfg.mark,
-        table = cfg.table,
-        "intercepting"
-    );
-    if let Err(e) = drop_privileges() {
-        if let Some(h) = &holder {
-            h.stop();
-        }
-        netfilter::cleanup(cfg.mark, cfg.table);
-        return Err(e);
-    }
+    install_interception(&cfg, holder.as_deref())?;
     crate::notify::ready("intercepting");
     let watchdog = crate::notify::watchdog();
     let k = &registry.counters;
@@ -234,26 +226,7 @@ pub async fn run(
         bypassing: std::sync::Mutex::new(None),
         stopping: std::sync::atomic::AtomicBool::new(false),
     });
-    // Memory is sampled, not tracked per byte: the kernel's count is one file read.
-    let sampler = {
-        let (adm, reg) = (admission.clone(), registry.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(MEMORY_SAMPLE);
-            let mut trim = Trim::default();
-            loop {
-                tick.tick().await;
-                let (adm, reg) = (adm.clone(), reg.clone());
-                trim = tokio::task::spawn_blocking(move || {
-                    adm.memory.store(buffered_memory(), Relaxed);
-                    adm.update(&reg.counters);
-                    trim.after(reg.counters.active.load(Relaxed));
-                    trim
-                })
-                .await
-                .unwrap_or_default();
-            }
-        })
-    };
+    let sampler = sample_memory(admission.clone(), registry.clone());
     let keeper = tokio::spawn(crate::lifecycle::keep(
         cfg.clone(),
         registry.clone(),
@@ -267,9 +240,6 @@ pub async fn run(
         .map(|a| tokio::spawn(crate::adaptive::run(a, registry.clone())));
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
     let summaries = log_summaries(registry.clone(), cfg.log_summary);
-    // One descriptor held back for the moment the others run out (see the accept loop).
-    let mut spare = std::fs::File::open("/dev/null").ok();
-    let mut out_of_fds = std::time::Instant::now() - Duration::from_secs(2);
     // Clients whose SYN was diverted before the bypass are still accepted while draining.
     let shutdown = {
         let (adm, reg) = (admission.clone(), registry.clone());
@@ -278,58 +248,14 @@ pub async fn run(
             adm.update(&reg.counters);
         })
     };
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => break,
-            Ok(()) = legs.changed() => {
-                // Buffers set on the listener size the window scale of the handshakes to come.
-                let dl = legs.borrow_and_update().0.clone();
-                if let Err(e) = crate::sockets::tune_listener(SockRef::from(&listener), &dl) {
-                    warn!(error = %e, "reload: the listener keeps its buffers");
-                }
-            }
-            r = listener.accept() => match r {
-                Ok((client, peer)) => {
-                    let (dl, ul) = legs.borrow().clone();
-                    let (cfg, reg) = (cfg.clone(), registry.clone());
-                    let adm = admission.clone();
-                    let held = holder.clone();
-                    let term = terminal.clone();
-                    // Counted from accept, so the limit holds while upstream connects are pending.
-                    reg.counters.active.fetch_add(1, Relaxed);
-                    adm.update(&reg.counters);
-                    tokio::spawn(async move {
-                        match term {
-                            Some(t) => handle_tunnel(client, peer, reg.clone(), dl, t, held, cfg.keepalive).await,
-                            None => handle(client, peer, cfg, reg.clone(), dl, ul, held).await,
-                        }
-                        reg.counters.active.fetch_sub(1, Relaxed);
-                        tokio::task::spawn_blocking(move || adm.update(&reg.counters));
-                    });
-                }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    // Out of descriptors (a burst outran the bypass): a client left in the
-                    // accept queue would hang, so give up the spare descriptor, take the
-                    // client and reset it, then take the spare back.
-                    drop(spare.take());
-                    if let Ok((c, _)) = listener.accept().await {
-                        reset_on_close(SockRef::from(&c));
-                        registry.counters.failed.fetch_add(1, Relaxed);
-                    }
-                    spare = std::fs::File::open("/dev/null").ok();
-                    if out_of_fds.elapsed() > Duration::from_secs(1) {
-                        warn!(error = %e, "out of descriptors: resetting new clients");
-                        out_of_fds = std::time::Instant::now();
-                    }
-                }
-                Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-    }
+    let accepting = Accepting {
+        cfg: cfg.clone(),
+        registry: registry.clone(),
+        admission,
+        holder: holder.clone(),
+        terminal: terminal.clone(),
+    };
+    accepting.until(shutdown, listener, legs).await;
     // Live connections end with a reset on both legs, not a FIN that would let a cut
     // transfer look complete: their sockets are armed (sockets::arm) until a clean end, so
     // they reset when the process exits.
@@ -346,7 +272,6 @@ pub async fn run(
     if let Some(s) = summaries {
         s.abort();
     }
-    drop(spare);
     if let Some(a) = adaptive {
         a.abort();
     }
@@ -361,9 +286,165 @@ pub async fn run(
         c.abort();
     }
     info!("interception removed");
-    // Sockets still using them keep them registered until they close.
-    drop(bundled);
     Ok(registry)
+}
+
+/// The descriptor budget: a split connection holds two sockets here, a tunnel flow one. Past
+/// what fits, new connections bypass (as at proxy.max_connections) instead of failing to be
+/// accepted.
+fn descriptor_budget(cfg: &ProxyConfig) -> crate::sockets::FdBudget {
+    let budget = crate::preflight::fd_budget(cfg);
+    crate::relay::set_pipe_budget(budget.pipes);
+    let short = crate::preflight::budget_shortfall(cfg, &budget);
+    for w in &short {
+        warn!(limit = budget.limit, "{w}");
+    }
+    if short.is_empty() {
+        tracing::debug!(
+            limit = budget.limit,
+            pipes = budget.pipes,
+            "descriptor budget"
+        );
+    }
+    budget
+}
+
+/// Installs the nftables rules and drops privileges; on failure nothing stays installed.
+fn install_interception(
+    cfg: &ProxyConfig,
+    holder: Option<&crate::hold::Holder>,
+) -> Result<(), String> {
+    if let Err(e) = netfilter::install(cfg) {
+        if let Some(h) = holder {
+            h.stop();
+        }
+        return Err(e);
+    }
+    info!(
+        port = cfg.port,
+        mark = cfg.mark,
+        table = cfg.table,
+        "intercepting"
+    );
+    if let Err(e) = drop_privileges() {
+        if let Some(h) = holder {
+            h.stop();
+        }
+        netfilter::cleanup(cfg.mark, cfg.table);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Samples the memory connections buffer, every [`MEMORY_SAMPLE`], and admits or bypasses by
+/// it. Sampled, not tracked per byte: the kernel's count is one file read.
+fn sample_memory(adm: Arc<Admission>, reg: Arc<Registry>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(MEMORY_SAMPLE);
+        let mut trim = Trim::default();
+        loop {
+            tick.tick().await;
+            let (adm, reg) = (adm.clone(), reg.clone());
+            trim = tokio::task::spawn_blocking(move || {
+                adm.memory.store(buffered_memory(), Relaxed);
+                adm.update(&reg.counters);
+                trim.after(reg.counters.active.load(Relaxed));
+                trim
+            })
+            .await
+            .unwrap_or_default();
+        }
+    })
+}
+
+/// What each accepted client's task needs.
+struct Accepting {
+    cfg: Arc<ProxyConfig>,
+    registry: Arc<Registry>,
+    admission: Arc<Admission>,
+    holder: Option<Arc<crate::hold::Holder>>,
+    terminal: Option<Arc<Terminal>>,
+}
+
+impl Accepting {
+    /// Accepts clients on `listener`, each handled on a task of its own with the legs `legs`
+    /// holds at the time, until `shutdown` resolves.
+    async fn until(
+        &self,
+        shutdown: impl std::future::Future<Output = ()>,
+        listener: tokio::net::TcpListener,
+        mut legs: tokio::sync::watch::Receiver<(Arc<Leg>, Arc<Leg>)>,
+    ) {
+        tokio::pin!(shutdown);
+        // One descriptor held back for the moment the others run out (see below).
+        let mut spare = std::fs::File::open("/dev/null").ok();
+        let mut out_of_fds = std::time::Instant::now() - Duration::from_secs(2);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                Ok(()) = legs.changed() => {
+                    // Buffers set on the listener size the window scale of the handshakes to
+                    // come.
+                    let dl = legs.borrow_and_update().0.clone();
+                    if let Err(e) = crate::sockets::tune_listener(SockRef::from(&listener), &dl) {
+                        warn!(error = %e, "reload: the listener keeps its buffers");
+                    }
+                }
+                r = listener.accept() => match r {
+                    Ok((client, peer)) => {
+                        let (dl, ul) = legs.borrow().clone();
+                        self.spawn(client, peer, dl, ul);
+                    }
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                        // Out of descriptors (a burst outran the bypass): a client left in the
+                        // accept queue would hang, so give up the spare descriptor, take the
+                        // client and reset it, then take the spare back.
+                        drop(spare.take());
+                        if let Ok((c, _)) = listener.accept().await {
+                            reset_on_close(SockRef::from(&c));
+                            self.registry.counters.failed.fetch_add(1, Relaxed);
+                        }
+                        spare = std::fs::File::open("/dev/null").ok();
+                        if out_of_fds.elapsed() > Duration::from_secs(1) {
+                            warn!(error = %e, "out of descriptors: resetting new clients");
+                            out_of_fds = std::time::Instant::now();
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles `client` on a task of its own: split, or carried by the tunnel.
+    fn spawn(
+        &self,
+        client: tokio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        dl: Arc<Leg>,
+        ul: Arc<Leg>,
+    ) {
+        let (cfg, reg) = (self.cfg.clone(), self.registry.clone());
+        let adm = self.admission.clone();
+        let held = self.holder.clone();
+        let term = self.terminal.clone();
+        // Counted from accept, so the limit holds while upstream connects are pending.
+        reg.counters.active.fetch_add(1, Relaxed);
+        adm.update(&reg.counters);
+        tokio::spawn(async move {
+            match term {
+                Some(t) => {
+                    handle_tunnel(client, peer, reg.clone(), dl, t, held, cfg.keepalive).await
+                }
+                None => handle(client, peer, cfg, reg.clone(), dl, ul, held).await,
+            }
+            reg.counters.active.fetch_sub(1, Relaxed);
+            tokio::task::spawn_blocking(move || adm.update(&reg.counters));
+        });
+    }
 }
 
 /// Resolves when the proxy is to stop: at the first message on `stop` if there is no drain
