@@ -3,7 +3,7 @@
 
 use super::beside::BesideRecord;
 use super::spec::CellSpec;
-use super::tunnel_state::TunnelPoll;
+use super::tunnel_state::sample_tunnel;
 use crate::http::{finish_fetch, spawn_fetch, HttpServer};
 use crate::topology::{Host, Lab, SERVER_V4};
 use serde::{Deserialize, Serialize};
@@ -131,36 +131,33 @@ pub fn jain(x: &[f64]) -> f64 {
     s * s / (x.len() as f64 * q)
 }
 
-/// Runs `ss -tinH state established` in one host every `every` and hands each output to a
-/// step function with the seconds since the start, until the step says it is done, `limit`
-/// passes, or [`SsPoll::finish`] is called; the step's state comes back from `finish`. The
-/// socket sampler and the first-data watcher run on it.
-pub(crate) struct SsPoll<S> {
+/// Takes a reading in one host every `every` (`read` runs on a thread in that host's network
+/// namespace; None: nothing this time) and hands each to a step function with the seconds
+/// since the start, until the step says it is done, `limit` passes, or [`Poll::finish`] is
+/// called; the step's state comes back from `finish`. The socket sampler, the first-data
+/// watcher and the tunnel sampler run on it.
+pub(crate) struct Poll<S> {
     stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<S>>,
+    handle: Option<std::thread::JoinHandle<Result<S, String>>>,
 }
 
-impl<S: Default + Send + 'static> SsPoll<S> {
-    fn start(
+impl<S: Default + Send + 'static> Poll<S> {
+    pub(crate) fn start(
         lab: &Lab,
         host: Host,
         every: Duration,
         limit: Duration,
+        mut read: impl FnMut() -> Option<String> + Send + 'static,
         mut step: impl FnMut(&mut S, &str, f64) -> bool + Send + 'static,
-    ) -> SsPoll<S> {
+    ) -> Poll<S> {
         let stop = Arc::new(AtomicBool::new(false));
-        let ns = lab.ns(host);
         let s2 = stop.clone();
-        let handle = std::thread::spawn(move || {
+        let handle = crate::checked::in_netns(&lab.ns(host), move || {
             let mut state = S::default();
             let t0 = Instant::now();
             while !s2.load(Ordering::Relaxed) && t0.elapsed() < limit {
                 let t = t0.elapsed();
-                if let Ok(o) = std::process::Command::new("ip")
-                    .args(["netns", "exec", &ns, "ss", "-tinH", "state", "established"])
-                    .output()
-                {
-                    let text = String::from_utf8_lossy(&o.stdout);
+                if let Some(text) = read() {
                     if step(&mut state, &text, t.as_secs_f64()) {
                         break;
                     }
@@ -171,28 +168,42 @@ impl<S: Default + Send + 'static> SsPoll<S> {
             }
             state
         });
-        SsPoll {
+        Poll {
             stop,
             handle: Some(handle),
         }
     }
 
+    /// Stops polling; the step's state (its default if the namespace could not be entered).
     pub(crate) fn finish(mut self) -> S {
         self.stop.store(true, Ordering::Relaxed);
         self.handle
             .take()
             .and_then(|h| h.join().ok())
+            .and_then(|r| r.ok())
             .unwrap_or_default()
     }
 }
 
+/// `ss -tinH state established` in the host `ns`.
+fn ss_established(ns: String) -> impl FnMut() -> Option<String> + Send + 'static {
+    move || {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "ss", "-tinH", "state", "established"])
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+}
+
 /// Samples the satellite-leg sender's sockets every half second.
-fn sample_sockets(lab: &Lab, host: Host, ports: std::ops::Range<u16>) -> SsPoll<Vec<SocketSample>> {
-    SsPoll::start(
+fn sample_sockets(lab: &Lab, host: Host, ports: std::ops::Range<u16>) -> Poll<Vec<SocketSample>> {
+    Poll::start(
         lab,
         host,
         Duration::from_millis(500),
         Duration::MAX,
+        ss_established(lab.ns(host)),
         move |out: &mut Vec<SocketSample>, text, t| {
             out.extend(parse_ss(text, t, &ports));
             false
@@ -208,12 +219,13 @@ pub(crate) fn watch_first_data(
     host: Host,
     port: u16,
     limit: Duration,
-) -> SsPoll<Option<f64>> {
-    SsPoll::start(
+) -> Poll<Option<f64>> {
+    Poll::start(
         lab,
         host,
         Duration::from_millis(20),
         limit,
+        ss_established(lab.ns(host)),
         move |seen: &mut Option<f64>, text, _| {
             let arrived = received(text, port) >= FIRST_DATA_BYTES;
             if arrived {
@@ -393,11 +405,11 @@ pub fn run_once(
         } else {
             Host::Terminal
         };
-        TunnelPoll::start(lab, host, super::tunnel_state::metrics_addr())
+        sample_tunnel(lab, host)
     });
     let res = kind.run(lab, spec, &mut rec, limit_bps, tick);
     rec.sockets = sampler.finish();
-    rec.tunnel = tunnel.map(TunnelPoll::finish).unwrap_or_default();
+    rec.tunnel = tunnel.map(Poll::finish).unwrap_or_default();
     // Each flow's socket counts up; sum the flows' last (largest) counts.
     let mut per_flow = std::collections::BTreeMap::new();
     for s in &rec.sockets {

@@ -3,15 +3,12 @@
 //! on the terrestrial leg; this is the satellite hop's own controller: its window, RTT, rate
 //! model and phase.
 
-use crate::checked::in_netns;
+use super::traffic::Poll;
 use crate::topology::{Host, Lab};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One sample of the tunnel's sending end.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -40,43 +37,20 @@ pub fn metrics_addr() -> SocketAddr {
         .expect("the proxy's default metrics address parses")
 }
 
-/// Samples the tunnel of the proxy in `host` until [`TunnelPoll::finish`].
-pub(crate) struct TunnelPoll {
-    stop: Arc<AtomicBool>,
-    handle: JoinHandle<Result<Vec<TunnelSample>, String>>,
-}
-
-impl TunnelPoll {
-    /// Starts sampling the proxy in `host`, whose `/metrics` is at `addr` in its namespace.
-    pub(crate) fn start(lab: &Lab, host: Host, addr: SocketAddr) -> TunnelPoll {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s2 = stop.clone();
-        let handle = in_netns(&lab.ns(host), move || {
-            let (t0, every) = (Instant::now(), Duration::from_millis(500));
-            let mut out = Vec::new();
-            while !s2.load(Ordering::Relaxed) {
-                let t = t0.elapsed();
-                if let Some(s) = fetch(addr).and_then(|text| parse(&text, t.as_secs_f64())) {
-                    out.push(s);
-                }
-                while t0.elapsed() < t + every && !s2.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-            out
-        });
-        TunnelPoll { stop, handle }
-    }
-
-    /// Stops sampling; the samples taken (none if the namespace could not be entered).
-    pub(crate) fn finish(self) -> Vec<TunnelSample> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle
-            .join()
-            .ok()
-            .and_then(|r| r.ok())
-            .unwrap_or_default()
-    }
+/// Samples the tunnel of the proxy in `host` every half second, from its `/metrics`.
+pub(crate) fn sample_tunnel(lab: &Lab, host: Host) -> Poll<Vec<TunnelSample>> {
+    let addr = metrics_addr();
+    Poll::start(
+        lab,
+        host,
+        Duration::from_millis(500),
+        Duration::MAX,
+        move || fetch(addr),
+        |out: &mut Vec<TunnelSample>, text, t| {
+            out.extend(parse(text, t));
+            false
+        },
+    )
 }
 
 /// The body of `GET /metrics` at `addr`, or None (the proxy not up yet, a slow reply).
