@@ -132,7 +132,6 @@ fn legs_of(cfg: &ProxyConfig) -> (Leg, Leg) {
 /// the adaptive policy's. Each error names the config key that asked.
 fn check_and_load(cfg: &mut ProxyConfig) -> Result<Vec<satpep_cc::Loaded>, String> {
     let default_cc = default_satellite_congestion(cfg);
-    let (down_leg, up_leg) = legs_of(cfg);
     if let Some(e) = crate::preflight::fastopen_refusals(cfg).into_iter().next() {
         return Err(e);
     }
@@ -162,7 +161,7 @@ fn check_and_load(cfg: &mut ProxyConfig) -> Result<Vec<satpep_cc::Loaded>, Strin
             ));
         }
     }
-    for leg in [&down_leg, &up_leg] {
+    for leg in [&cfg.satellite, &cfg.terrestrial] {
         let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
             .map_err(|e| e.to_string())?;
         tune(SockRef::from(&probe), leg).map_err(|e| e.to_string())?;
