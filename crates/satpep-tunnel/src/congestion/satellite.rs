@@ -1425,14 +1425,24 @@ mod tests {
         assert!(share > 0.35, "share of the link {share}");
     }
 
-    #[test]
-    fn packets_acknowledged_late_together_with_a_probe_are_no_queue() {
-        let t0 = Instant::now();
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Told the GEO rate (so cruising at the model from the start at `t0`), after a round
+    /// acknowledged with no queue: the base RTT, 600 ms.
+    fn cruising_on_geo(t0: Instant) -> Core {
         let mut c = Core::new(hop(Some(GEO as u64)), MTU, t0);
-        let ms = |n: u64| Duration::from_millis(n);
         for i in 0..5 {
             c.on_ack(t0 + ms(600 + i), t0 + ms(i), MTU, false, ms(600));
         }
+        c
+    }
+
+    #[test]
+    fn packets_acknowledged_late_together_with_a_probe_are_no_queue() {
+        let t0 = Instant::now();
+        let mut c = cruising_on_geo(t0);
         // The transfer ended; the last ACK was lost. About a second later the probe timer
         // sends a probe, and its acknowledgement reports the four packets before it too,
         // 1.6 s after they were sent.
@@ -1449,15 +1459,9 @@ mod tests {
 
     #[test]
     fn a_loss_in_a_drain_does_not_cut_again() {
-        // Told the rate: cruising at the model from the start.
         let t0 = Instant::now();
-        let mut c = Core::new(hop(Some(GEO as u64)), MTU, t0);
-        let ms = |n: u64| Duration::from_millis(n);
-        // A round with no queue (the base RTT, 600 ms), then acknowledgements that met 300
-        // ms of queue: too long, a drain begins.
-        for i in 0..5 {
-            c.on_ack(t0 + ms(600 + i), t0 + ms(i), MTU, false, ms(600));
-        }
+        let mut c = cruising_on_geo(t0);
+        // Acknowledgements that met 300 ms of queue: too long, a drain begins.
         for i in 0..5 {
             let now = t0 + ms(1000 + i);
             c.on_ack(now, now - ms(900), MTU, false, ms(900));
