@@ -7,6 +7,7 @@ use super::plot::{write_line_plot, write_stacked, Line, LinePlot};
 use super::spec::{CellSpec, Metric, Part, PepMode, Scenario};
 use super::stats::Summary;
 use super::traffic::RunRecord;
+use super::tunnel_state::TunnelSample;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -869,8 +870,8 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
 /// What the results directory holds, as the report's last line says it.
 const FILES: &str = "Files: runs.csv (one row per run), summary.csv (per cell), series.csv \
     (goodput per flow per second), sockets.csv (satellite-leg sender's cwnd, RTT and controller \
-    every 0.5 s), tunnel.csv (tunnel mode: the tunnel's window, RTT, rate model and phase \
-    every 0.5 s), results.json (all of it), metric-*.svg/png, cdf-*.svg/png, series/*.svg, \
+    every 0.5 s), tunnel.csv (tunnel mode: the tunnel's window, RTT, rate model, phase and \
+    packet counters every 0.5 s), results.json (all of it), metric-*.svg/png, cdf-*.svg/png, series/*.svg, \
     report.html. Column names end in their unit (_bps, _s, _ms, _pct, _frac, _segments, _bytes).";
 
 /// A sweep point as `label=value; …`.
@@ -959,7 +960,8 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
     let mut sockets =
         String::from("cell,repetition,flow,t_s,cwnd_segments,rtt_ms,retrans_segments,cc\n");
     let mut tunnel = String::from(
-        "cell,repetition,t_s,window_bytes,rtt_ms,model_rate_bps,model_base_rtt_ms,phase\n",
+        "cell,repetition,t_s,window_bytes,rtt_ms,model_rate_bps,model_base_rtt_ms,phase,\
+         sent_packets,lost_packets,udp_tx_bytes\n",
     );
     for r in runs {
         for (i, f) in r.flows.iter().enumerate() {
@@ -980,9 +982,10 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
         }
         for s in &r.tunnel {
             let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.1}"));
+            let n = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
             let _ = writeln!(
                 tunnel,
-                "{},{},{:.2},{},{:.1},{},{},{}",
+                "{},{},{:.2},{},{:.1},{},{},{},{},{},{}",
                 r.cell,
                 r.repetition,
                 s.t,
@@ -990,7 +993,10 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
                 s.rtt_ms,
                 o(s.model_rate_bps),
                 o(s.model_base_rtt_ms),
-                s.phase
+                s.phase,
+                n(s.sent_packets),
+                n(s.lost_packets),
+                n(s.udp_tx_bytes),
             );
         }
     }
@@ -1452,11 +1458,11 @@ fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
 
 /// The tunnel's sending end over a run (none without samples): its window, its rate model
 /// and its RTTs.
-fn tunnel_panels(t: &[super::tunnel_state::TunnelSample]) -> Vec<LinePlot> {
+fn tunnel_panels(t: &[TunnelSample]) -> Vec<LinePlot> {
     if t.is_empty() {
         return Vec::new();
     }
-    let line = |name: &str, v: &dyn Fn(&super::tunnel_state::TunnelSample) -> Option<f64>| Line {
+    let line = |name: &str, v: &dyn Fn(&TunnelSample) -> Option<f64>| Line {
         name: name.into(),
         points: t
             .iter()
@@ -1471,6 +1477,16 @@ fn tunnel_panels(t: &[super::tunnel_state::TunnelSample]) -> Vec<LinePlot> {
         lines: lines.into_iter().filter(|l| !l.points.is_empty()).collect(),
         ..Default::default()
     };
+    // Counters read as rates over each interval between two samples.
+    let between = |name: &str, v: &dyn Fn(&TunnelSample, &TunnelSample) -> Option<f64>| Line {
+        name: name.into(),
+        points: t
+            .windows(2)
+            .filter_map(|w| v(&w[0], &w[1]).map(|y| (w[1].t, y, 0.0)))
+            .collect(),
+        reference: vec![],
+    };
+    let diff = |a: Option<u64>, b: Option<u64>| Some(b?.checked_sub(a?)? as f64);
     vec![
         plot(
             "tunnel's sending end: congestion window",
@@ -1480,8 +1496,22 @@ fn tunnel_panels(t: &[super::tunnel_state::TunnelSample]) -> Vec<LinePlot> {
         plot(
             "tunnel's sending end: the satellite controller's rate model",
             "Mbit/s",
-            vec![line("rate model (payload)", &|s| {
-                s.model_rate_bps.map(|b| b / 1e6)
+            vec![
+                line("rate model (payload)", &|s| {
+                    s.model_rate_bps.map(|b| b / 1e6)
+                }),
+                between("sent on the link (UDP, repairs included)", &|a, b| {
+                    Some(diff(a.udp_tx_bytes, b.udp_tx_bytes)? * 8.0 / 1e6 / (b.t - a.t))
+                }),
+            ],
+        ),
+        plot(
+            "tunnel's sending end: packets declared lost",
+            "% of packets sent",
+            vec![between("lost", &|a, b| {
+                let sent = diff(a.sent_packets, b.sent_packets)?;
+                let lost = diff(a.lost_packets, b.lost_packets)?;
+                (sent > 0.0).then(|| 100.0 * lost / sent)
             })],
         ),
         plot(

@@ -200,7 +200,15 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             // it; told nothing, they start from scratch, as on a real new link.
             let mut link_noseed = link.clone();
             link_noseed.seed = None;
-            if pep != pep_now || (pep.is_some() && pep_link.as_ref() != Some(&link_noseed)) {
+            // A tunnel is one long-lived connection whose controller would carry what it
+            // learnt (its model, its phase: competing with the last run's competitor for
+            // 20 s more) into the next run; repetitions must be independent, so each run
+            // gets a new one. (Split mode's connections are each the run's own.)
+            let tunnel = pep.as_ref().is_some_and(|p| p.tunnel.is_some());
+            if pep != pep_now
+                || (pep.is_some() && pep_link.as_ref() != Some(&link_noseed))
+                || (tunnel && i > 0)
+            {
                 lab.stop_proxies();
                 if let Some(p) = &pep {
                     lab.start_proxies(&link, p)?;

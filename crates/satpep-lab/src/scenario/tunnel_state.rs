@@ -26,6 +26,16 @@ pub struct TunnelSample {
     /// The satellite controller's phase: startup, drain, cruise, probe or compete (empty
     /// with other controllers).
     pub phase: String,
+    /// Packets sent on the tunnel connection since it came up (a counter).
+    #[serde(default)]
+    pub sent_packets: Option<u64>,
+    /// Packets the tunnel's sender declared lost since it came up (a counter).
+    #[serde(default)]
+    pub lost_packets: Option<u64>,
+    /// UDP bytes the tunnel's sender put on the link since it came up (a counter): with the
+    /// next sample, the rate it sent at, repairs and overhead included.
+    #[serde(default)]
+    pub udp_tx_bytes: Option<u64>,
 }
 
 /// Where the lab's proxies serve `/metrics`: the proxy's default (the lab does not move it).
@@ -75,6 +85,9 @@ pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
         model_rate_bps: None,
         model_base_rtt_ms: None,
         phase: String::new(),
+        sent_packets: None,
+        lost_packets: None,
+        udp_tx_bytes: None,
     };
     let mut window = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -93,6 +106,17 @@ pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
             }
             "tunnel_model_base_rtt_seconds" if s.model_base_rtt_ms.is_none() => {
                 s.model_base_rtt_ms = Some(v * 1e3)
+            }
+            "tunnel_sent_packets_total" if s.sent_packets.is_none() => {
+                s.sent_packets = Some(v as u64)
+            }
+            "tunnel_lost_packets_total" if s.lost_packets.is_none() => {
+                s.lost_packets = Some(v as u64)
+            }
+            "tunnel_udp_bytes_total"
+                if s.udp_tx_bytes.is_none() && labels.contains("direction=\"tx\"") =>
+            {
+                s.udp_tx_bytes = Some(v as u64)
             }
             "tunnel_controller_phase" if v == 1.0 && s.phase.is_empty() => {
                 s.phase = labels
@@ -122,6 +146,10 @@ mod tests {
             satpep_tunnel_model_base_rtt_seconds{peer=\"198.18.2.1:7701\"} 0.5604\n\
             satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"startup\"} 0.0\n\
             satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"drain\"} 1.0\n\
+            satpep_tunnel_sent_packets_total{peer=\"198.18.2.1:7701\"} 120\n\
+            satpep_tunnel_lost_packets_total{peer=\"198.18.2.1:7701\"} 7\n\
+            satpep_tunnel_udp_bytes_total{peer=\"198.18.2.1:7701\",direction=\"rx\"} 900\n\
+            satpep_tunnel_udp_bytes_total{peer=\"198.18.2.1:7701\",direction=\"tx\"} 150000\n\
             satpep_tunnel_window_bytes{peer=\"198.18.2.9:7701\"} 5.0\n";
         let s = parse(text, 1.5).unwrap();
         assert_eq!(s.t, 1.5);
@@ -130,6 +158,9 @@ mod tests {
         assert_eq!(s.model_rate_bps, Some(46_640_856.0));
         assert!((s.model_base_rtt_ms.unwrap() - 560.4).abs() < 1e-9);
         assert_eq!(s.phase, "drain");
+        assert_eq!(s.sent_packets, Some(120));
+        assert_eq!(s.lost_packets, Some(7));
+        assert_eq!(s.udp_tx_bytes, Some(150_000));
         // No tunnel up: no sample.
         assert_eq!(parse("satpep_tunnel_connected 0\n", 0.0), None);
     }

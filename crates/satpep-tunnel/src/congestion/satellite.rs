@@ -20,9 +20,11 @@
 //! - **Rate rises**: every [`CRUISE_ROUNDS`] rounds the window probes half a slack above the
 //!   model; room found doubles the probe (BBRv3's probe up), and three in a row, or two
 //!   rounds whose full window met no queue, restart growth at ×1.5 a round.
-//! - **A queue that is not its own**: drains that leave a queue (three with a loss from an
-//!   overflowing buffer or a queue larger than anything this sender has in flight, four
-//!   otherwise) mean a loss-based sender keeps the buffer full. Then delay is no signal:
+//! - **A queue that is not its own**: drains that leave a queue (two if the buffer
+//!   overflowed and holds more than twice this sender's window, which also cut the rate no
+//!   lower than half the link's; three with a loss from an overflowing buffer or a queue
+//!   larger than anything this sender has in flight; four otherwise) mean a loss-based
+//!   sender keeps the buffer full. Then delay is no signal:
 //!   the window follows CUBIC, as the hosts' own TCP does, but never below half the link's
 //!   rate over the RTT now (its fair share, [`Core::fair_share`]), for at least
 //!   [`COMPETE_AT_LEAST`], after which a drain checks whether the competitor left (Copa's
@@ -875,7 +877,9 @@ impl Core {
         self.noise_acked = 0;
         self.noise_lost = 0;
         self.noise_until = Some(now);
-        if (self.undrained >= 3 && (self.overflowed_since_drain || foreign)) || self.undrained >= 4
+        if (self.undrained >= 2 && crowded)
+            || (self.undrained >= 3 && (self.overflowed_since_drain || foreign))
+            || self.undrained >= 4
         {
             // Drains and the queue stays: another sender fills the buffer. Three if the
             // buffer overflowed or the queue is more than this sender has in flight; four
@@ -900,7 +904,15 @@ impl Core {
         // queue)), by 15 % at least and by half at most, and drain again. (What the drain
         // itself delivered is no measure: the sender paused in it.)
         let by_rtt = self.rate_at_queue();
-        self.set_bw((self.bw - self.bw / 7).min(by_rtt.max(self.bw / 2)));
+        let mut bw = (self.bw - self.bw / 7).min(by_rtt.max(self.bw / 2));
+        if crowded {
+            // Not a fade (see above): a competitor's, so half the link is this sender's
+            // share. Cutting below it while counting drains gave the competitor the link
+            // for seconds (lab, cubic arriving on GEO: 46 down to 9 Mbit/s over four
+            // drains, 7-10 s, before the competitive mode began).
+            bw = bw.max(self.bw_peak / 2).min(self.bw);
+        }
+        self.set_bw(bw);
         self.enter(Phase::Drain, now);
     }
 
@@ -1423,6 +1435,11 @@ mod tests {
         );
         let share = delivered(&p, 25.0, 60.0) / (GEO * 35.0);
         assert!(share > 0.35, "share of the link {share}");
+        // While the drains count, a buffer that overflowed and holds more than twice this
+        // sender's window cuts the rate no lower than half the link's, and two such drains
+        // suffice (three before: 0.296 of the link from 20 to 30 s; 0.375 with the rule).
+        let early = delivered(&p, 20.0, 30.0) / (GEO * 10.0);
+        assert!(early > 0.33, "share of the link from 20 to 30 s {early}");
     }
 
     fn ms(n: u64) -> Duration {
