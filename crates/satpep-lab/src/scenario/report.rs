@@ -1457,7 +1457,7 @@ fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
 }
 
 /// The tunnel's sending end over a run (none without samples): its window, its rate model
-/// and its RTTs.
+/// beside the rate it sent, the share of its packets lost and its RTTs.
 fn tunnel_panels(t: &[TunnelSample]) -> Vec<LinePlot> {
     if t.is_empty() {
         return Vec::new();

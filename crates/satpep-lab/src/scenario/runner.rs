@@ -207,7 +207,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             let tunnel = pep.as_ref().is_some_and(|p| p.tunnel.is_some());
             if pep != pep_now
                 || (pep.is_some() && pep_link.as_ref() != Some(&link_noseed))
-                || (tunnel && i > 0)
+                || tunnel
             {
                 lab.stop_proxies();
                 if let Some(p) = &pep {

@@ -20,9 +20,9 @@
 //! - **Rate rises**: every [`CRUISE_ROUNDS`] rounds the window probes half a slack above the
 //!   model; room found doubles the probe (BBRv3's probe up), and three in a row, or two
 //!   rounds whose full window met no queue, restart growth at ×1.5 a round.
-//! - **A queue that is not its own**: drains that leave a queue (two if the buffer
-//!   overflowed and holds more than twice this sender's window, which also cut the rate no
-//!   lower than half the link's; three with a loss from an overflowing buffer or a queue
+//! - **A queue that is not its own**: drains that leave a queue (two if the second found
+//!   the buffer overflowed and holding more than twice this sender's window, and such a
+//!   drain cuts the rate no lower than half the link's; three with a loss from an overflowing buffer or a queue
 //!   larger than anything this sender has in flight; four otherwise) mean a loss-based
 //!   sender keeps the buffer full. Then delay is no signal:
 //!   the window follows CUBIC, as the hosts' own TCP does, but never below half the link's
@@ -881,7 +881,8 @@ impl Core {
             || (self.undrained >= 3 && (self.overflowed_since_drain || foreign))
             || self.undrained >= 4
         {
-            // Drains and the queue stays: another sender fills the buffer. Three if the
+            // Drains and the queue stays: another sender fills the buffer. Two if this
+            // drain found the buffer crowded (no fade's doing, see above); three if the
             // buffer overflowed or the queue is more than this sender has in flight; four
             // otherwise (a CUBIC competitor after its cut keeps a standing queue for
             // seconds without overflowing, and each drain cut this sender's rate by a
