@@ -112,6 +112,12 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         r,
         &|f| f.model_rtt.map(|d| d.as_secs_f64()),
     );
+    gauge(
+        "tunnel_channel_loss_ratio",
+        "Share of packets the hop loses to noise (not to a full buffer), as the satellite controller measured it",
+        r,
+        &|f| f.channel_loss,
+    );
     // A state set, as Prometheus writes one: 1 for the current phase, 0 for the others.
     let phases = Labelled::<Gauge<f64, AtomicU64>>::default();
     for (peer, f) in &figures {

@@ -481,6 +481,8 @@ pub struct TunnelFigures {
     pub model_rate: u64,
     /// The model's base RTT.
     pub model_rtt: Option<Duration>,
+    /// The share of packets the satellite controller measured the hop losing to noise.
+    pub channel_loss: Option<f64>,
     /// Flow-control stalls sent (the window sizing is wrong if these grow).
     pub blocked: u64,
     /// UDP bytes sent.
@@ -516,6 +518,7 @@ impl TunnelFigures {
             congestion: losses.congestion,
             model_rate,
             model_rtt,
+            channel_loss: sat.as_ref().and_then(|x| x.channel_loss()),
             blocked: s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked,
             udp_tx: s.udp_tx.bytes,
             udp_rx: s.udp_rx.bytes,

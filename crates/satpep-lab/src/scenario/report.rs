@@ -961,7 +961,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
         String::from("cell,repetition,flow,t_s,cwnd_segments,rtt_ms,retrans_segments,cc\n");
     let mut tunnel = String::from(
         "cell,repetition,t_s,window_bytes,rtt_ms,model_rate_bps,model_base_rtt_ms,phase,\
-         sent_packets,lost_packets,udp_tx_bytes\n",
+         sent_packets,lost_packets,udp_tx_bytes,channel_loss\n",
     );
     for r in runs {
         for (i, f) in r.flows.iter().enumerate() {
@@ -985,7 +985,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             let n = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
             let _ = writeln!(
                 tunnel,
-                "{},{},{:.2},{},{:.1},{},{},{},{},{},{}",
+                "{},{},{:.2},{},{:.1},{},{},{},{},{},{},{}",
                 r.cell,
                 r.repetition,
                 s.t,
@@ -997,6 +997,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
                 n(s.sent_packets),
                 n(s.lost_packets),
                 n(s.udp_tx_bytes),
+                s.channel_loss.map_or(String::new(), |v| format!("{v:.4}")),
             );
         }
     }

@@ -11,6 +11,7 @@ use crate::topology::{Host, Lab, Pep, UpOptions};
 use satpep_link::config::LinkSpec;
 use satpep_link::units::fmt_rate;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// How to run a scenario.
 #[derive(Debug, Clone, Default)]
@@ -212,6 +213,13 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                 lab.stop_proxies();
                 if let Some(p) = &pep {
                     lab.start_proxies(&link, p)?;
+                    if tunnel {
+                        super::tunnel_state::wait_connected(
+                            &lab,
+                            Host::Terminal,
+                            Duration::from_secs(60),
+                        )?;
+                    }
                 }
                 pep_now = pep;
                 pep_link = Some(link_noseed);

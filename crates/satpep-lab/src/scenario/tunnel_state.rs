@@ -36,6 +36,10 @@ pub struct TunnelSample {
     /// next sample, the rate it sent at, repairs and overhead included.
     #[serde(default)]
     pub udp_tx_bytes: Option<u64>,
+    /// The share of packets the satellite controller measured the hop losing to noise
+    /// (None before its first drain, and with other controllers).
+    #[serde(default)]
+    pub channel_loss: Option<f64>,
 }
 
 /// Where the lab's proxies serve `/metrics`: the proxy's default (the lab does not move it).
@@ -63,6 +67,44 @@ pub(crate) fn sample_tunnel(lab: &Lab, host: Host) -> Poll<Vec<TunnelSample>> {
     )
 }
 
+/// Waits until the tunnel of the proxy in `host` is up (its `/metrics` report
+/// `satpep_tunnel_connected` 1 or more), for at most `limit`. A deployed terminal keeps its
+/// tunnel up for months; a run that started its traffic during the handshake would count
+/// the handshake's repairs (seconds on a lossy T1: a lost Initial waits out QUIC's probe
+/// timer) against the tunnel's goodput.
+pub(crate) fn wait_connected(lab: &Lab, host: Host, limit: Duration) -> Result<(), String> {
+    let addr = metrics_addr();
+    let waited = crate::checked::in_netns(&lab.ns(host), move || {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < limit {
+            if fetch(addr).is_some_and(|text| connected(&text)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    })
+    .join()
+    .map_err(|_| "the tunnel wait panicked".to_string())??;
+    match waited {
+        true => Ok(()),
+        false => Err(format!(
+            "the {} proxy's tunnel was not up {} s after it started (its log says why)",
+            host.name(),
+            limit.as_secs()
+        )),
+    }
+}
+
+/// Whether a Prometheus exposition reports a tunnel up.
+fn connected(text: &str) -> bool {
+    text.lines().any(|l| {
+        l.strip_prefix("satpep_tunnel_connected ")
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .is_some_and(|v| v >= 1.0)
+    })
+}
+
 /// The body of `GET /metrics` at `addr`, or None (the proxy not up yet, a slow reply).
 fn fetch(addr: SocketAddr) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
@@ -88,6 +130,7 @@ pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
         sent_packets: None,
         lost_packets: None,
         udp_tx_bytes: None,
+        channel_loss: None,
     };
     let mut window = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -107,6 +150,7 @@ pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
             "tunnel_model_base_rtt_seconds" if s.model_base_rtt_ms.is_none() => {
                 s.model_base_rtt_ms = Some(v * 1e3)
             }
+            "tunnel_channel_loss_ratio" if s.channel_loss.is_none() => s.channel_loss = Some(v),
             "tunnel_sent_packets_total" if s.sent_packets.is_none() => {
                 s.sent_packets = Some(v as u64)
             }
@@ -146,6 +190,7 @@ mod tests {
             satpep_tunnel_model_base_rtt_seconds{peer=\"198.18.2.1:7701\"} 0.5604\n\
             satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"startup\"} 0.0\n\
             satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"drain\"} 1.0\n\
+            satpep_tunnel_channel_loss_ratio{peer=\"198.18.2.1:7701\"} 0.0125\n\
             satpep_tunnel_sent_packets_total{peer=\"198.18.2.1:7701\"} 120\n\
             satpep_tunnel_lost_packets_total{peer=\"198.18.2.1:7701\"} 7\n\
             satpep_tunnel_udp_bytes_total{peer=\"198.18.2.1:7701\",direction=\"rx\"} 900\n\
@@ -161,7 +206,13 @@ mod tests {
         assert_eq!(s.sent_packets, Some(120));
         assert_eq!(s.lost_packets, Some(7));
         assert_eq!(s.udp_tx_bytes, Some(150_000));
+        assert_eq!(s.channel_loss, Some(0.0125));
         // No tunnel up: no sample.
         assert_eq!(parse("satpep_tunnel_connected 0\n", 0.0), None);
+        assert!(!connected("satpep_tunnel_connected 0\n"));
+        assert!(connected(
+            "# TYPE satpep_tunnel_connected gauge\nsatpep_tunnel_connected 1\n"
+        ));
+        assert!(!connected("satpep_tunnel_connected_total 3\n"));
     }
 }
