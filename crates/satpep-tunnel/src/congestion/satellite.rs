@@ -22,9 +22,9 @@
 //!   rounds whose full window met no queue, restart growth at ×1.5 a round.
 //! - **A queue that is not its own**: drains that leave a queue (two if the second found
 //!   the buffer overflowed and holding more than twice this sender's window, and such a
-//!   drain cuts the rate no lower than half the link's; three with a loss from an overflowing buffer or a queue
-//!   larger than anything this sender has in flight; four otherwise) mean a loss-based
-//!   sender keeps the buffer full. Then delay is no signal:
+//!   drain cuts the rate no lower than half the link's; three with a loss from an
+//!   overflowing buffer or a queue larger than anything this sender has in flight; four
+//!   otherwise) mean a loss-based sender keeps the buffer full. Then delay is no signal:
 //!   the window follows CUBIC, as the hosts' own TCP does, but never below half the link's
 //!   rate over the RTT now (its fair share, [`Core::fair_share`]), for at least
 //!   [`COMPETE_AT_LEAST`], after which a drain checks whether the competitor left (Copa's
@@ -506,7 +506,13 @@ impl Core {
     /// standing queue and every few rounds looks like an idle link; a T1 losing 11 % was
     /// held to 87 % of its rate.)
     fn through(&self, delivered: u64) -> u64 {
-        (delivered as f64 / (1.0 - self.noise.unwrap_or(0.0).min(NOISE_MAX))) as u64
+        (delivered as f64 / self.delivered_share()) as u64
+    }
+
+    /// The share of what crosses the bottleneck that the noise leaves to be acknowledged:
+    /// 1 - noise, the noise taken as at most [`NOISE_MAX`].
+    fn delivered_share(&self) -> f64 {
+        1.0 - self.noise.unwrap_or(0.0).min(NOISE_MAX)
     }
 
     /// What the window delivers at the current RTT: window / (base RTT + queue), bytes per
@@ -620,13 +626,17 @@ impl Core {
         if a + l < 30.0 * self.mtu as f64 {
             return;
         }
-        let old = self.noise.unwrap_or(0.0).min(NOISE_MAX);
-        let new = l / (a + l);
-        self.noise = Some(new);
-        let scale = (1.0 - old) / (1.0 - new.min(NOISE_MAX));
+        let old = self.delivered_share();
+        self.noise = Some(l / (a + l));
+        let scale = old / self.delivered_share();
         for b in self.bw_samples.iter_mut() {
             *b = (*b as f64 * scale) as u64;
         }
+        self.refresh_bw();
+    }
+
+    /// The rate estimate from its samples (their max filter), and the peak with it.
+    fn refresh_bw(&mut self) {
         self.bw = self.bw_samples.iter().copied().max().unwrap_or(0);
         self.bw_peak = self.bw_peak.max(self.bw);
     }
@@ -1003,8 +1013,7 @@ impl Core {
                 self.bw_samples.pop_front();
             }
             self.bw_samples.push_back(sample);
-            self.bw = self.bw_samples.iter().copied().max().unwrap_or(0);
-            self.bw_peak = self.bw_peak.max(self.bw);
+            self.refresh_bw();
         }
         if let Some(r) = self.round.min_rtt.filter(|_| self.phase != Phase::Compete) {
             self.rtt_samples.push_back((now, r));
