@@ -709,6 +709,11 @@ impl Admission {
             None
         };
         if want.is_some() != b.is_some() {
+            // Switched first, logged after: the log says new connections bypass once they do
+            // (nft is a process and takes tens of milliseconds).
+            if let Err(e) = netfilter::set_overload(want.is_some()) {
+                warn!(error = %e, "cannot switch the bypass");
+            }
             if let Some(why) = want.filter(|w| *w != "stopping") {
                 c.overloads.fetch_add(1, Relaxed);
                 warn!(
@@ -720,9 +725,6 @@ impl Admission {
                     active,
                     memory, "below the limits again: splitting new connections"
                 );
-            }
-            if let Err(e) = netfilter::set_overload(want.is_some()) {
-                warn!(error = %e, "cannot switch the bypass");
             }
         }
         *b = want;
