@@ -77,22 +77,6 @@ fn fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
 }
 
-/// The kernel's TCP memory, bytes (`/proc/net/sockstat`, machine-wide).
-fn tcp_mem() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
-    std::fs::read_to_string("/proc/net/sockstat")
-        .ok()
-        .and_then(|s| {
-            let l = s.lines().find(|l| l.starts_with("TCP:"))?.to_string();
-            let mut it = l.split_whitespace();
-            it.find(|w| *w == "mem")?;
-            it.next()?.parse::<u64>().ok()
-        })
-        .unwrap_or(0)
-        * page
-}
-
 /// Raises this process's descriptor limit to hold `n` connections' two ends.
 fn raise_own_fd_limit(n: usize) {
     let want = (n as u64) * 2 + 4096;
@@ -114,7 +98,8 @@ fn sample(pids: &[u32]) -> Sample {
     Sample {
         rss: pids.iter().map(|&p| rss(p)).sum(),
         fds: pids.iter().map(|&p| fds(p)).sum(),
-        tcp: tcp_mem(),
+        // Machine-wide, as the proxy's admission control reads it.
+        tcp: satpep_proxy::server::kernel_tcp_memory(),
     }
 }
 

@@ -175,8 +175,13 @@ impl<S: Default + Send + 'static> Poll<S> {
     }
 
     /// Stops polling; the step's state (its default if the namespace could not be entered).
-    pub(crate) fn finish(mut self) -> S {
+    pub(crate) fn finish(self) -> S {
         self.stop.store(true, Ordering::Relaxed);
+        self.join()
+    }
+
+    /// Waits until the step says it is done or the limit passes; the step's state.
+    pub(crate) fn join(mut self) -> S {
         self.handle
             .take()
             .and_then(|h| h.join().ok())

@@ -74,19 +74,19 @@ pub(crate) fn sample_tunnel(lab: &Lab, host: Host) -> Poll<Vec<TunnelSample>> {
 /// timer) against the tunnel's goodput.
 pub(crate) fn wait_connected(lab: &Lab, host: Host, limit: Duration) -> Result<(), String> {
     let addr = metrics_addr();
-    let waited = crate::checked::in_netns(&lab.ns(host), move || {
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < limit {
-            if fetch(addr).is_some_and(|text| connected(&text)) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
-    })
-    .join()
-    .map_err(|_| "the tunnel wait panicked".to_string())??;
-    match waited {
+    let up = Poll::start(
+        lab,
+        host,
+        Duration::from_millis(100),
+        limit,
+        move || fetch(addr),
+        |up: &mut bool, text, _| {
+            *up = connected(text);
+            *up
+        },
+    )
+    .join();
+    match up {
         true => Ok(()),
         false => Err(format!(
             "the {} proxy's tunnel was not up {} s after it started (its log says why)",
@@ -98,11 +98,20 @@ pub(crate) fn wait_connected(lab: &Lab, host: Host, limit: Duration) -> Result<(
 
 /// Whether a Prometheus exposition reports a tunnel up.
 fn connected(text: &str) -> bool {
-    text.lines().any(|l| {
-        l.strip_prefix("satpep_tunnel_connected ")
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .is_some_and(|v| v >= 1.0)
-    })
+    samples(text).any(|(name, _, v)| name == "tunnel_connected" && v >= 1.0)
+}
+
+/// The samples of a Prometheus exposition: (name without the `satpep_` prefix, labels,
+/// value), comments and unreadable lines left out.
+fn samples(text: &str) -> impl Iterator<Item = (&str, &str, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (key, value) = line.rsplit_once(' ')?;
+            let v = value.trim().parse::<f64>().ok()?;
+            let (name, labels) = key.split_once('{').unwrap_or((key, ""));
+            Some((name.strip_prefix("satpep_").unwrap_or(name), labels, v))
+        })
 }
 
 /// The body of `GET /metrics` at `addr`, or None (the proxy not up yet, a slow reply).
@@ -133,15 +142,8 @@ pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
         channel_loss: None,
     };
     let mut window = None;
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((key, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
-        let (name, labels) = key.split_once('{').unwrap_or((key, ""));
-        match name.strip_prefix("satpep_").unwrap_or(name) {
+    for (name, labels, v) in samples(text) {
+        match name {
             "tunnel_window_bytes" if window.is_none() => window = Some(v as u64),
             "tunnel_rtt_seconds" if s.rtt_ms == 0.0 => s.rtt_ms = v * 1e3,
             "tunnel_model_rate_bits_per_second" if s.model_rate_bps.is_none() => {
