@@ -1339,6 +1339,10 @@ mod tests {
         let mut competitor_starting = false;
         // (ack time, send time, bytes, lost, queueing delay ms)
         let mut acks: VecDeque<(Instant, Instant, u64, bool, f64)> = VecDeque::new();
+        // Bytes that entered the bottleneck's queue and that it served, all senders; this
+        // sender's packets in it: (position, send time, lost).
+        let (mut enqueued, mut served_total) = (0f64, 0f64);
+        let mut fifo: VecDeque<(f64, Instant, bool)> = VecDeque::new();
         let mut n = 0u64;
         let mut out = Vec::new();
         *c = Core {
@@ -1399,7 +1403,23 @@ mod tests {
                     *w = w.max((CUBIC_C * (t - *epoch - k).powi(3)) * pkt + *w_max);
                 }
             }
-            queue = (queue + offered - l.rate * dt).clamp(0.0, l.queue_limit as f64);
+            // The bottleneck serves its FIFO at the rate of the moment: a packet leaves once
+            // everything queued before it has been served.
+            let served = (queue + offered).min(l.rate * dt);
+            let after = (queue + offered - l.rate * dt).clamp(0.0, l.queue_limit as f64);
+            enqueued += after - queue + served;
+            served_total += served;
+            queue = after;
+            while let Some(&(position, sent, lost)) = fifo.front() {
+                if position > served_total {
+                    break;
+                }
+                fifo.pop_front();
+                let at = now + l.base;
+                let at = acks.back().map_or(at, |b| at.max(b.0));
+                let q = (now - sent).as_secs_f64() * 1e3;
+                acks.push_back((at, sent, MTU, lost, q));
+            }
             while let Some(&(at, sent, bytes, lost, q)) = acks.front() {
                 if at > now {
                     break;
@@ -1425,11 +1445,10 @@ mod tests {
                 let noise = l.loss_every > 0 && n % l.loss_every == 0;
                 if !dropped {
                     queue += MTU as f64;
+                    enqueued += MTU as f64;
                 }
-                let q = queue / l.rate;
-                let at = now + l.base + Duration::from_secs_f64(q);
-                let at = acks.back().map_or(at, |b| at.max(b.0));
-                acks.push_back((at, now, MTU, dropped || noise, q * 1e3));
+                // (a dropped packet is declared lost when the one after it would have left)
+                fifo.push_back((enqueued, now, dropped || noise));
             }
             now += step;
         }
