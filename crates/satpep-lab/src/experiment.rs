@@ -1,6 +1,6 @@
 //! `satpep lab run`: scenarios (a TOML file or a built-in preset such as `demo`, run by
-//! [`crate::scenario`]) and the built-in benchmarks (emulator accuracy, relay overhead,
-//! congestion-control and tunnel sweeps).
+//! [`crate::scenario`]) and the built-in benchmarks that are not scenarios yet (emulator
+//! accuracy, the fault matrix, many connections).
 
 use crate::scenario::{self, presets, RunOptions, Scenario};
 use clap::Args;
@@ -10,12 +10,11 @@ use std::path::PathBuf;
 /// Arguments of `satpep lab run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// A scenario file (FILE.toml), a preset (demo, field, cc-sweep, relay-overhead,
+    /// A scenario file (FILE.toml), a preset (demo, field, tunnel, cc-sweep, relay-overhead,
     /// lawson2006, bharadwaj1999, urke2011, shao2002, vanzara2017; `--list` describes them)
-    /// or a benchmark: `link-accuracy` (the emulator's accuracy and CPU, ~11 min), `tunnel`
-    /// (distributed mode against end-to-end and split;
-    /// ~25 min, --quick ~8), `faults` (the fault matrix; ~13 min, --quick ~70 s) or `load`
-    /// (10 000 concurrent connections; --quick 1 000).
+    /// or a benchmark: `link-accuracy` (the emulator's accuracy and CPU, ~11 min), `faults`
+    /// (the fault matrix; ~13 min, --quick ~70 s) or `load` (10 000 concurrent connections;
+    /// --quick 1 000).
     #[arg(required_unless_present = "list")]
     pub experiment: Option<String>,
     /// List the presets and benchmarks and exit.
@@ -30,8 +29,9 @@ pub struct RunArgs {
     /// Print results as JSON on stdout (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
-    /// Run only this part of an experiment made of parts (tunnel: sweep, t1, fetch,
-    /// overhead, outage; faults: faults whose name contains PART; scenarios: a part's name).
+    /// Run only this part of an experiment made of parts (scenarios: a part's name, such as
+    /// tunnel's sweep, t1, fetch, overhead or outage; faults: faults whose name contains
+    /// PART).
     #[arg(long, value_name = "PART")]
     pub only: Option<String>,
     /// Results directory of a scenario [default: lab-results/NAME, or NAME-quick]. A
@@ -43,9 +43,8 @@ pub struct RunArgs {
     pub fresh: bool,
 }
 
-const BENCHMARKS: [(&str, &str); 4] = [
+const BENCHMARKS: [(&str, &str); 3] = [
     ("link-accuracy", "the emulator's rate, delay and loss accuracy and CPU cost (~11 min)"),
-    ("tunnel", "distributed mode against end-to-end and split: BER sweep, T1, fetch, overhead, outage (~25 min)"),
     ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~10 min, --quick 1 000)"),
     ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~13 min, --quick ~70 s)"),
 ];
@@ -100,8 +99,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         return match what.as_str() {
             "link-accuracy" => crate::accuracy::run(&args),
             "faults" => crate::faults::run(&args),
-            "load" => crate::load_bench::run(&args),
-            _ => crate::tunnel_bench::run(&args),
+            _ => crate::load_bench::run(&args),
         };
     };
     let out = args.out.clone().unwrap_or_else(|| {
@@ -140,15 +138,6 @@ pub fn tcp_limit_bps(rate_bps: f64, overhead: u32, ber: f64) -> f64 {
     rate_bps * 1448.0 / frame as f64 * (1.0 - per_from_ber(ber, frame))
 }
 
-/// A BER for tables: `0` or `1e-6`.
-pub fn fmt_ber(ber: f64) -> String {
-    if ber == 0.0 {
-        "0".into()
-    } else {
-        format!("{ber:e}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,7 +149,5 @@ mod tests {
         // BER 1e-6 on 1514-byte frames loses 1.204 %.
         let l = tcp_limit_bps(50e6, 0, 1e-6) / tcp_limit_bps(50e6, 0, 0.0);
         assert!((l - (1.0 - 0.01204)).abs() < 1e-4, "{l}");
-        assert_eq!(fmt_ber(0.0), "0");
-        assert_eq!(fmt_ber(1e-6), "1e-6");
     }
 }

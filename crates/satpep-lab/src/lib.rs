@@ -16,7 +16,6 @@ pub mod progress;
 pub mod scenario;
 pub mod sink;
 pub mod synflood;
-pub mod tunnel_bench;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

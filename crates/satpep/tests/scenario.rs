@@ -262,6 +262,16 @@ fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
     assert_eq!(http["n"], 2);
     let ht = http["mean"].as_f64().unwrap();
     assert!(ht > 0.05 + 200e3 * 8.0 / 20e6 && ht < 5.0, "http {ht}");
+    // What the link carried per payload byte of the files: at least the payload with its
+    // headers (1514-byte frames for 1448 bytes), plus handshakes and requests; none for bulk,
+    // whose iperf3 does not count what was still in flight when its test ended.
+    for c in &cells[4..6] {
+        let fwd = c["link_fwd_per_byte"]["mean"].as_f64().unwrap();
+        let ret = c["link_ret_per_byte"]["mean"].as_f64().unwrap();
+        assert!((1514.0 / 1448.0..1.3).contains(&fwd), "forward {fwd}: {c}");
+        assert!(ret > 0.0 && ret < 0.2, "return {ret}: {c}");
+    }
+    assert_eq!(cells[0]["link_fwd_per_byte"]["n"], 0);
     // page: the document then three objects over two connections, at least two RTTs.
     let pt = cells[5]["metric"]["mean"].as_f64().unwrap();
     assert!(pt > 0.1 && pt < 10.0, "page {pt}");

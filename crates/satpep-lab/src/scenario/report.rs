@@ -80,6 +80,23 @@ pub struct CellResult {
     pub proxy_cores: Summary,
     /// With proxies, bulk: CPU seconds per gigabyte delivered, per proxy.
     pub proxy_cpu_s_per_gb: Summary,
+    /// Bytes the emulator delivered forward (whole frames) per payload byte, per run.
+    pub link_fwd_per_byte: Summary,
+    /// Bytes the emulator delivered on the return link per payload byte, per run.
+    pub link_ret_per_byte: Summary,
+}
+
+/// Link bytes (`link` of each run) per payload byte, over the runs that delivered payload.
+fn per_payload_byte(runs: &[&RunRecord], link: impl Fn(&RunRecord) -> u64) -> Summary {
+    Summary::of(
+        &runs
+            .iter()
+            .filter_map(|r| {
+                let payload = r.payload_bytes.filter(|&p| p > 0)?;
+                Some(link(r) as f64 / payload as f64)
+            })
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Summarizes `runs` per cell of `sc`.
@@ -197,6 +214,8 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                         })
                         .collect::<Vec<_>>(),
                 ),
+                link_fwd_per_byte: per_payload_byte(&mine, |r| r.link.fwd_bytes),
+                link_ret_per_byte: per_payload_byte(&mine, |r| r.link.ret_bytes),
             }
         })
         .collect()
@@ -821,6 +840,18 @@ fn part_tables(
             }),
         ));
     }
+    if res.iter().any(|r| r.link_fwd_per_byte.n > 0) {
+        tables.push((
+            "link bytes delivered per payload byte, forward / return (whole frames: headers, acknowledgements, repairs)".into(),
+            grid(part, res, &|r| match r.link_fwd_per_byte.n {
+                0 => "–".into(),
+                _ => format!(
+                    "{:.4} / {:.4}",
+                    r.link_fwd_per_byte.mean, r.link_ret_per_byte.mean
+                ),
+            }),
+        ));
+    }
     tables
 }
 
@@ -917,7 +948,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             r.errors.join("; ").replace('"', "'")
         );
     }
-    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,failures,reference_bps,reference_s\n");
+    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,link_fwd_bytes_per_payload_byte,link_ret_bytes_per_payload_byte,failures,reference_bps,reference_s\n");
     let m = |s: &Summary| opt(Some(s.mean));
     for r in res {
         let (gm, tm) = split(r.cell, Some(r.metric.mean));
@@ -930,7 +961,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
         };
         let _ = writeln!(
             summary,
-            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs}",
+            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs}",
             r.cell,
             sc.parts[r.part].name,
             r.config,
@@ -953,6 +984,8 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             m(&r.response_p99),
             m(&r.proxy_cores),
             m(&r.proxy_cpu_s_per_gb),
+            m(&r.link_fwd_per_byte),
+            m(&r.link_ret_per_byte),
             r.failures,
         );
     }
@@ -1606,6 +1639,7 @@ mod tests {
             proxy_cpu_s: None,
             proxies: 0,
             wall_s: 0.0,
+            payload_bytes: None,
         }
     }
 

@@ -180,7 +180,10 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                 },
                 false => LinkNow::Emulator(Box::new(link.clone())),
             };
-            if link_now.as_ref() != Some(&want) {
+            // One-off outages count from the emulator's start: each run gets a fresh one, so
+            // that every run meets them at the same point.
+            let outages = !spec.bridge && !link.outage.down.is_empty();
+            if link_now.as_ref() != Some(&want) || outages {
                 match &want {
                     LinkNow::Bridge { offloads } => {
                         lab.bridge_link()?;

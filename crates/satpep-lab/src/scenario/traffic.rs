@@ -119,6 +119,12 @@ pub struct RunRecord {
     /// The run's wall-clock length, s.
     #[serde(default)]
     pub wall_s: f64,
+    /// Payload the traffic delivered, where it is exact: http and page, the files that
+    /// arrived whole. With [`RunRecord::link`], the protocols' overhead on the link. (Not
+    /// bulk: iperf3 counts what arrived within its test, and the link also carried what was
+    /// still in flight and queued when it ended.)
+    #[serde(default)]
+    pub payload_bytes: Option<u64>,
 }
 
 /// Jain's fairness index of `x`: 1 when all are equal, 1/n when one takes everything.
@@ -396,6 +402,7 @@ pub fn run_once(
         proxy_cpu_s: None,
         proxies: 0,
         wall_s: 0.0,
+        payload_bytes: None,
     };
     let pids = lab.state().proxy_pids.clone();
     let cpu0: f64 = pids.iter().map(|&p| crate::sys::cpu_seconds(p)).sum();

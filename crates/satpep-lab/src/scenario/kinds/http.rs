@@ -43,7 +43,10 @@ impl Kind for Http {
         for _ in 0..t.count {
             let f = fetch_checked(lab, &url, size, max, start, tick)?;
             match f {
-                Ok(s) => rec.samples.push(s),
+                Ok(s) => {
+                    rec.samples.push(s);
+                    *rec.payload_bytes.get_or_insert(0) += size;
+                }
                 Err(e) => {
                     rec.failures += 1;
                     rec.errors.push(e);

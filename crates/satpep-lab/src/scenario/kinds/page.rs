@@ -104,6 +104,7 @@ impl Kind for Page {
             }
         }
         rec.samples.push(start.elapsed().as_secs_f64());
+        rec.payload_bytes = Some(sizes.iter().sum());
         drop(server);
         Ok(())
     }
