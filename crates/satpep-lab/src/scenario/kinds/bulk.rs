@@ -168,11 +168,10 @@ fn run_bulk(
     let warm = spec.warmup.secs();
     let stagger = t.stagger.secs();
     let download = t.direction == Direction::Download;
-    let (client_host, server_host) = (Host::Client, Host::Server);
     let n = t.flows as usize;
     let mut servers = Vec::new();
     for i in 0..n {
-        match Server::start(lab, server_host, BASE_PORT + i as u16) {
+        match Server::start(lab, Host::Server, BASE_PORT + i as u16) {
             Ok(s) => servers.push(Some(s)),
             Err(e) => {
                 rec.failures += 1;
@@ -182,9 +181,105 @@ fn run_bulk(
         }
     }
     let beside = Beside::start(lab, t, dur);
-    let receiver = if download { client_host } else { server_host };
+    let receiver = if download { Host::Client } else { Host::Server };
     let first_data = watch_first_data(lab, receiver, BASE_PORT, Duration::from_secs_f64(dur));
     let start = Instant::now();
+    let (mut children, ccs) = start_clients(t, lab, &servers, dur, start, tick)?;
+    // iperf3 ends on its own after -t; allow the queue to drain and slow closes.
+    let deadline = start + Duration::from_secs_f64(dur + 30.0);
+    let mut done = Vec::new();
+    for c in children.iter_mut() {
+        done.push(match c {
+            Some(ch) => Some(wait_child(ch, deadline, start, tick)?),
+            None => None,
+        });
+    }
+    let mut flows = Vec::new();
+    for (i, (child, cc)) in children.into_iter().zip(ccs).enumerate() {
+        let mut flow = FlowRecord {
+            start_s: stagger * i as f64,
+            cc,
+            bytes: 0,
+            goodput_bps: 0.0,
+            retransmits: 0,
+            series: Vec::new(),
+        };
+        if let (Some(child), Some(done)) = (child, done[i]) {
+            let server = servers[i].take();
+            read_flow(&mut flow, i, child, done, server, download, rec)?;
+        }
+        flows.push(flow);
+    }
+    // Aggregate goodput after the warm-up; per-flow goodput while all flows ran.
+    let all_from = warm.max(stagger * (n as f64 - 1.0));
+    // iperf3's intervals count from the first data's arrival, seconds after the client
+    // started; what arrived then passed the emulator one forward delay earlier.
+    let data_epoch = first_data.finish();
+    let (total_bytes, last_end) = all_after(&flows, warm);
+    let span = (last_end - warm).max(1e-3);
+    let goodput = total_bytes as f64 * 8.0 / span;
+    for f in flows.iter_mut() {
+        let (b, s, _) = window(f, all_from);
+        f.goodput_bps = if s > 0.0 { b as f64 * 8.0 / s } else { 0.0 };
+    }
+    // The link as the emulator runs it, resolved once (traces may be files): the limit's
+    // rate trace and the probe's delay traces are read from it.
+    let cfg = spec.link_spec().and_then(|l| l.resolve());
+    rec.limit_bps = match (limit_bps, &cfg) {
+        (Some(limit_bps), Ok(cfg)) => {
+            let d = if download { &cfg.forward } else { &cfg.ret };
+            // Where the measured span lies on the link's clock.
+            let at_link = beside
+                .clock()
+                .uptime_at_data(data_epoch)
+                .map(|u| u - d.delay.at(u * 1e9) / 1e9);
+            let span = at_link.map(|u0| (u0 + warm, u0 + last_end));
+            Some(limit_over(t, d, limit_bps, span))
+        }
+        (limit_bps, _) => limit_bps,
+    };
+    if rec.failures == 0 {
+        rec.samples.push(goodput);
+        rec.utilization = rec.limit_bps.map(|l| goodput / l);
+    }
+    if t.runs_beside() {
+        let base = |u: f64| {
+            cfg.as_ref()
+                .map_or(0.0, |c| crate::scenario::beside::base_rtt_ms(c, u))
+        };
+        let mut b = beside.finish(&base, warm, data_epoch, &mut rec.errors);
+        // A competitor that arrived later is compared with what the transfer delivered
+        // over the same span: from its arrival and the warm-up on.
+        let after = t.competing_after.secs();
+        if t.competing && after > 0.0 {
+            let from = after + warm;
+            let (bytes, end) = all_after(&flows, from);
+            b.transfer_beside_competing_bps =
+                (end > from).then(|| bytes as f64 * 8.0 / (end - from));
+        }
+        rec.beside = Some(b);
+    }
+    if n > 1 {
+        rec.jain = Some(jain(
+            &flows.iter().map(|f| f.goodput_bps).collect::<Vec<_>>(),
+        ));
+    }
+    rec.flows = flows;
+    Ok(())
+}
+
+/// Starts one iperf3 client per server that came up, `stagger` apart from `start`: the
+/// clients (None where the server or the client failed) and each flow's controller.
+fn start_clients(
+    t: &Bulk,
+    lab: &Lab,
+    servers: &[Option<Server>],
+    dur: f64,
+    start: Instant,
+    tick: &mut dyn FnMut(f64),
+) -> Result<(Vec<Option<Child>>, Vec<String>), String> {
+    let stagger = t.stagger.secs();
+    let download = t.direction == Direction::Download;
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut ccs = Vec::new();
     let mut last_tick = Instant::now();
@@ -220,159 +315,95 @@ fn run_bulk(
             extra.extend(["-w".into(), w.bytes().to_string()]);
         }
         let port = BASE_PORT + i as u16;
-        let child = match server {
+        children.push(match server {
             Some(_) => spawn_client(lab, port, run_for, download, &extra).ok(),
             None => None,
-        };
-        children.push(child);
+        });
     }
-    // iperf3 ends on its own after -t; allow the queue to drain and slow closes.
-    let deadline = start + Duration::from_secs_f64(dur + 30.0);
-    let mut outputs = Vec::new();
-    for c in children.iter_mut() {
-        match c {
-            Some(ch) => {
-                let done = wait_child(ch, deadline, start, tick)?;
-                outputs.push(Some(done));
-            }
-            None => outputs.push(None),
-        }
-    }
-    let mut flows = Vec::new();
-    for (i, child) in children.into_iter().enumerate() {
-        let start_s = stagger * i as f64;
-        let mut flow = FlowRecord {
-            start_s,
-            cc: ccs[i].clone(),
-            bytes: 0,
-            goodput_bps: 0.0,
-            retransmits: 0,
-            series: Vec::new(),
-        };
-        let (Some(child), Some(done)) = (child, outputs[i]) else {
-            flows.push(flow);
-            continue;
-        };
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
-        let cv: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        let sv = servers[i]
-            .take()
-            .and_then(|s| s.output().ok())
-            .unwrap_or(Value::Null);
-        if !done || cv["error"].is_string() || !out.status.success() {
-            rec.failures += 1;
-            rec.errors.push(format!(
-                "flow {i}: {}",
-                cv["error"].as_str().map(String::from).unwrap_or_else(|| {
-                    if done {
-                        String::from_utf8_lossy(&out.stderr).trim().to_string()
-                    } else {
-                        "iperf3 did not finish".into()
-                    }
-                })
-            ));
-        }
-        let (recv, send) = if download { (&cv, &sv) } else { (&sv, &cv) };
-        flow.series = crate::iperf::intervals(recv)
-            .into_iter()
-            .map(|(end, bytes)| (end + start_s, bytes))
-            .collect();
-        flow.bytes = flow.series.iter().map(|(_, b)| b).sum();
-        flow.retransmits = send["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
-        flows.push(flow);
-    }
-    // Aggregate goodput after the warm-up; per-flow goodput while all flows ran.
-    let all_from = warm.max(stagger * (n as f64 - 1.0));
-    // A flow's last interval is left out: it also holds what was still queued when its
-    // sender stopped, which would count the queue as goodput (as TcpResult::goodput_after).
-    let window = |f: &FlowRecord, from: f64| -> (u64, f64, f64) {
-        let mut prev = f.start_s;
-        let (mut b, mut s, mut last) = (0u64, 0.0, from);
-        let n = f.series.len();
-        for (k, &(end, bytes)) in f.series.iter().enumerate() {
-            if prev >= from - 1e-6 && k + 1 < n {
-                b += bytes;
-                s += end - prev;
-                last = end;
-            }
-            prev = end;
-        }
-        (b, s, last)
-    };
-    // iperf3's intervals count from the first data's arrival, seconds after the client
-    // started; what arrived then passed the emulator one forward delay earlier.
-    let data_epoch = first_data.finish();
-    // All flows' bytes from `from` on, and where the last of them ends.
-    let all_after = |flows: &[FlowRecord], from: f64| -> (u64, f64) {
-        flows.iter().fold((0, from), |(b, e), f| {
-            let (fb, _, fe) = window(f, from);
-            (b + fb, e.max(fe))
-        })
-    };
-    let (total_bytes, last_end) = all_after(&flows, warm);
-    let span = (last_end - warm).max(1e-3);
-    let goodput = total_bytes as f64 * 8.0 / span;
-    for f in flows.iter_mut() {
-        let (b, s, _) = window(f, all_from);
-        f.goodput_bps = if s > 0.0 { b as f64 * 8.0 / s } else { 0.0 };
-    }
-    // The link as the emulator runs it, resolved once (traces may be files): the limit's
-    // rate trace and the probe's delay traces are read from it.
-    let cfg = spec.link_spec().and_then(|l| l.resolve());
-    let limit_bps = limit_bps.map(|limit_bps| match &cfg {
-        Ok(cfg) => {
-            let d = if download { &cfg.forward } else { &cfg.ret };
-            // With a rate trace the limit is the trace's mean over the measured span.
-            let at_link = beside
-                .clock()
-                .uptime_at_data(data_epoch)
-                .map(|u| u - d.delay.at(u * 1e9) / 1e9);
-            let limit_bps = match at_link {
-                Some(u0) => {
-                    let (a, b) = ((u0 + warm) * 1e9, (u0 + last_end) * 1e9);
-                    limit_bps * d.rate.mean_bps(a, b) / d.rate.max_bps()
+    Ok((children, ccs))
+}
+
+/// Reads flow `i`'s outcome from its client (`done`: it ended by itself) and server into
+/// `flow`: its one-second series as the receiver saw it, its bytes and the sender's
+/// retransmissions; a failure goes into `rec`.
+fn read_flow(
+    flow: &mut FlowRecord,
+    i: usize,
+    child: Child,
+    done: bool,
+    server: Option<Server>,
+    download: bool,
+    rec: &mut RunRecord,
+) -> Result<(), String> {
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let cv: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let sv = server.and_then(|s| s.output().ok()).unwrap_or(Value::Null);
+    if !done || cv["error"].is_string() || !out.status.success() {
+        rec.failures += 1;
+        rec.errors.push(format!(
+            "flow {i}: {}",
+            cv["error"].as_str().map(String::from).unwrap_or_else(|| {
+                if done {
+                    String::from_utf8_lossy(&out.stderr).trim().to_string()
+                } else {
+                    "iperf3 did not finish".into()
                 }
-                None => limit_bps,
-            };
-            // Cross traffic takes its share of the link first: 1200-byte datagrams in
-            // 1242-byte frames.
-            match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
-                Some(Ok(cross)) => {
-                    limit_bps * (1.0 - cross * 1242.0 / 1200.0 / d.rate.max_bps()).max(0.0)
-                }
-                _ => limit_bps,
-            }
-        }
-        Err(_) => limit_bps,
-    });
-    rec.limit_bps = limit_bps;
-    if rec.failures == 0 {
-        rec.samples.push(goodput);
-        rec.utilization = rec.limit_bps.map(|l| goodput / l);
-    }
-    if t.runs_beside() {
-        let base = |u: f64| {
-            cfg.as_ref()
-                .map_or(0.0, |c| crate::scenario::beside::base_rtt_ms(c, u))
-        };
-        let mut b = beside.finish(&base, warm, data_epoch, &mut rec.errors);
-        // A competitor that arrived later is compared with what the transfer delivered
-        // over the same span: from its arrival and the warm-up on.
-        let after = t.competing_after.secs();
-        if t.competing && after > 0.0 {
-            let from = after + warm;
-            let (bytes, end) = all_after(&flows, from);
-            b.transfer_beside_competing_bps =
-                (end > from).then(|| bytes as f64 * 8.0 / (end - from));
-        }
-        rec.beside = Some(b);
-    }
-    if n > 1 {
-        rec.jain = Some(jain(
-            &flows.iter().map(|f| f.goodput_bps).collect::<Vec<_>>(),
+            })
         ));
     }
-    rec.flows = flows;
+    let (recv, send) = if download { (&cv, &sv) } else { (&sv, &cv) };
+    flow.series = crate::iperf::intervals(recv)
+        .into_iter()
+        .map(|(end, bytes)| (end + flow.start_s, bytes))
+        .collect();
+    flow.bytes = flow.series.iter().map(|(_, b)| b).sum();
+    flow.retransmits = send["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
     Ok(())
+}
+
+/// A flow's bytes in its one-second intervals from `from` s on, the seconds they span, and
+/// where the last of them ends. Its last interval is left out: it also holds what was still
+/// queued when its sender stopped, which would count the queue as goodput (as
+/// TcpResult::goodput_after).
+fn window(f: &FlowRecord, from: f64) -> (u64, f64, f64) {
+    let mut prev = f.start_s;
+    let (mut b, mut s, mut last) = (0u64, 0.0, from);
+    let n = f.series.len();
+    for (k, &(end, bytes)) in f.series.iter().enumerate() {
+        if prev >= from - 1e-6 && k + 1 < n {
+            b += bytes;
+            s += end - prev;
+            last = end;
+        }
+        prev = end;
+    }
+    (b, s, last)
+}
+
+/// All flows' bytes from `from` s on, and where the last of them ends.
+fn all_after(flows: &[FlowRecord], from: f64) -> (u64, f64) {
+    flows.iter().fold((0, from), |(b, e), f| {
+        let (fb, _, fe) = window(f, from);
+        (b + fb, e.max(fe))
+    })
+}
+
+/// The physical limit `limit_bps` (at the direction's peak rate) over the measured span
+/// (`span`, s on the link's clock, when known): a rate trace's mean over it, less what
+/// constant-rate cross traffic takes first (1200-byte datagrams in 1242-byte frames).
+fn limit_over(
+    t: &Bulk,
+    d: &satpep_link::config::DirectionConfig,
+    limit_bps: f64,
+    span: Option<(f64, f64)>,
+) -> f64 {
+    let limit_bps = match span {
+        Some((a, b)) => limit_bps * d.rate.mean_bps(a * 1e9, b * 1e9) / d.rate.max_bps(),
+        None => limit_bps,
+    };
+    match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
+        Some(Ok(cross)) => limit_bps * (1.0 - cross * 1242.0 / 1200.0 / d.rate.max_bps()).max(0.0),
+        _ => limit_bps,
+    }
 }
 
