@@ -99,7 +99,8 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         return match what.as_str() {
             "link-accuracy" => crate::accuracy::run(&args),
             "faults" => crate::faults::run(&args),
-            _ => crate::load_bench::run(&args),
+            "load" => crate::load_bench::run(&args),
+            other => Err(format!("no benchmark named '{other}'")),
         };
     };
     let out = args.out.clone().unwrap_or_else(|| {

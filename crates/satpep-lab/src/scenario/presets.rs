@@ -8,7 +8,7 @@ pub const PRESETS: [(&str, &str, &str); 10] = [
     ("urke2011", "Urke 2011 ch. 6: 500 kbit/s, RTT 528 ms; flavors against PER, friendliness, buffer sizing", include_str!("presets/urke2011.toml")),
     ("shao2002", "Shao & Zhang 2002 §4: window, initial window, MSS and bottleneck buffer over a T1", include_str!("presets/shao2002.toml")),
     ("field", "real links (GEO with BER, rain fade, shared, a competitor arriving; MEO; LEO; lossy T1; wrong nominal rate) × end-to-end, split and tunnel told nothing: goodput and queueing delay", include_str!("presets/field.toml")),
-    ("tunnel", "the tunnel against end-to-end TCP and split: BER sweep at 100 Mbit/s and 600 ms, lossy T1, 100 KB fetch, link overhead, a 60 s outage (~30 min, --quick ~12)", include_str!("presets/tunnel.toml")),
+    ("tunnel", "the tunnel against end-to-end TCP and split: BER sweep at 100 Mbit/s and 600 ms, lossy T1, 100 KB fetch, link overhead, a 60 s outage (~30 min, --quick ~10)", include_str!("presets/tunnel.toml")),
     ("cc-sweep", "every split controller against end-to-end cubic and bbr over 100 Mbit/s, 600 ms, BER 0 to 1e-5 (~40 min, --quick ~10)", include_str!("presets/cc-sweep.toml")),
     ("relay-overhead", "the split proxy's throughput and CPU against plain forwarding on a kernel bridge (~2 min)", include_str!("presets/relay-overhead.toml")),
     ("vanzara2017", "Vanzara 2017 ch. 3: 100 Mbit/s, RTT 600 ms; BER sweep and RTT sweep", include_str!("presets/vanzara2017.toml")),
