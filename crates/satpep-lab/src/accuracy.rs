@@ -227,7 +227,8 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             emulator_cpu_sys: (b.cpu.1 - a.cpu.1) / dt,
             late_p99_ms: late,
             tcp_goodput_bps: tcp.goodput_bps,
-            tcp_share: tcp.goodput_bps / crate::experiment::tcp_limit_bps(rate, 0, 0.0),
+            tcp_share: tcp.goodput_bps
+                / crate::scenario::runner::tcp_limit_in(&spec.resolve()?.forward, 1460, true),
         };
         progress.done(
             step,

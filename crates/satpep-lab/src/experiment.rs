@@ -4,7 +4,6 @@
 
 use crate::scenario::{self, presets, RunOptions, Scenario};
 use clap::Args;
-use satpep_link::loss::per_from_ber;
 use std::path::PathBuf;
 
 /// Arguments of `satpep lab run`.
@@ -130,25 +129,4 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-/// Highest TCP goodput a link allows: rate × MSS/frame × (1 − PER) with 1448-byte segments
-/// (1500 MTU, timestamps on) in 1514-byte frames.
-pub fn tcp_limit_bps(rate_bps: f64, overhead: u32, ber: f64) -> f64 {
-    let frame = 1514 + overhead;
-    rate_bps * 1448.0 / frame as f64 * (1.0 - per_from_ber(ber, frame))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tcp_limit() {
-        // 50 Mbit/s × 1448/1514 with no loss.
-        assert!((tcp_limit_bps(50e6, 0, 0.0) - 47.820e6).abs() < 1e3);
-        // BER 1e-6 on 1514-byte frames loses 1.204 %.
-        let l = tcp_limit_bps(50e6, 0, 1e-6) / tcp_limit_bps(50e6, 0, 0.0);
-        assert!((l - (1.0 - 0.01204)).abs() < 1e-4, "{l}");
-    }
 }

@@ -5,7 +5,7 @@
 
 use super::kinds::bulk::Bulk;
 use crate::http::HttpServer;
-use crate::iperf::{spawn_client, spawn_client_after, Server};
+use crate::iperf::{spawn_client, spawn_client_after, Server, UDP_FRAME_OVERHEAD};
 use crate::topology::{Host, Lab, SERVER_V4};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -15,6 +15,14 @@ use std::process::{Child, Stdio};
 pub const CROSS_PORT: u16 = 5301;
 /// Port of the competing end-to-end TCP flow's iperf3; the lab's proxies never intercept it.
 pub const COMPETING_PORT: u16 = crate::topology::END_TO_END_PORT;
+/// Payload bytes of each cross-traffic datagram.
+const CROSS_DATAGRAM: u32 = 1200;
+
+/// What constant-rate cross traffic of `bps` (iperf3's rate: UDP payload) takes of the link,
+/// in frame bits per second.
+pub fn cross_frame_bps(bps: f64) -> f64 {
+    bps * (CROSS_DATAGRAM + UDP_FRAME_OVERHEAD) as f64 / CROSS_DATAGRAM as f64
+}
 /// Ping probe interval, seconds.
 const PROBE_INTERVAL_S: f64 = 0.1;
 /// Size of a probe's echo request and reply frame on the link (ping's default 56 data
@@ -166,7 +174,7 @@ impl Beside {
                         "-b".into(),
                         (bps.round() as u64).to_string(),
                         "-l".into(),
-                        "1200".into(),
+                        CROSS_DATAGRAM.to_string(),
                     ];
                     Ok((server, spawn_client(lab, CROSS_PORT, run_s, true, &extra)?))
                 });

@@ -8,7 +8,7 @@ use super::spec::{CellSpec, Scenario};
 use super::traffic::{run_once, RunRecord};
 use crate::progress::Progress;
 use crate::topology::{Host, Lab, Pep, UpOptions};
-use satpep_link::config::LinkSpec;
+use satpep_link::config::{DirectionConfig, LinkSpec};
 use satpep_link::units::fmt_rate;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -40,12 +40,18 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<Option<f64>, String> {
         &cfg.ret
     };
     let (c, s) = (spec.host(Host::Client), spec.host(Host::Server));
-    let mss = c.mss.unwrap_or(1460).min(s.mss.unwrap_or(1460)) as f64;
+    let mss = c.mss.unwrap_or(1460).min(s.mss.unwrap_or(1460));
     let ts = c.timestamps.unwrap_or(true) && s.timestamps.unwrap_or(true);
-    let payload = mss - if ts { 12.0 } else { 0.0 };
-    let frame = mss + 54.0 + dir.overhead as f64;
+    Ok(Some(tcp_limit_in(dir, mss, ts)))
+}
+
+/// Highest TCP goodput one direction of a link carries with segments of `mss` bytes
+/// (`timestamps` take 12 of them): rate × payload/frame × (1 − the frame's mean loss).
+pub fn tcp_limit_in(dir: &DirectionConfig, mss: u32, timestamps: bool) -> f64 {
+    let payload = mss as f64 - if timestamps { 12.0 } else { 0.0 };
+    let frame = mss as f64 + 54.0 + dir.overhead as f64;
     let loss = dir.loss.mean_loss(frame as u32);
-    Ok(Some(dir.rate.max_bps() * payload / frame * (1.0 - loss)))
+    dir.rate.max_bps() * payload / frame * (1.0 - loss)
 }
 
 /// What carries the lab's link now.
@@ -305,4 +311,28 @@ fn interrupted(done: usize, total: usize) -> String {
         "interrupted after {done} of {total} runs; run the same command again to resume \
          (finished runs are kept)"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forward(toml: &str) -> DirectionConfig {
+        let spec: LinkSpec = toml::from_str(toml).unwrap();
+        spec.resolve().unwrap().forward
+    }
+
+    #[test]
+    fn tcp_limit_counts_headers_and_the_frames_lost() {
+        // 50 Mbit/s × 1448/1514 with no loss.
+        let clean = tcp_limit_in(&forward("[both]\nrate='50Mbit'\n"), 1460, true);
+        assert!((clean - 47.820e6).abs() < 1e3, "{clean}");
+        // BER 1e-6 on 1514-byte frames loses 1.204 %.
+        let lossy = tcp_limit_in(&forward("[both]\nrate='50Mbit'\nber=1e-6\n"), 1460, true);
+        let l = lossy / clean;
+        assert!((l - (1.0 - 0.01204)).abs() < 1e-4, "{l}");
+        // Without timestamps the payload is 1460 bytes.
+        let no_ts = tcp_limit_in(&forward("[both]\nrate='50Mbit'\n"), 1460, false);
+        assert!((no_ts / clean - 1460.0 / 1448.0).abs() < 1e-9);
+    }
 }

@@ -180,19 +180,21 @@ impl<S: Default + Send + 'static> Poll<S> {
         }
     }
 
-    /// Stops polling; the step's state (its default if the namespace could not be entered).
-    pub(crate) fn finish(self) -> S {
+    /// Stops polling; the step's state, or why there is none (the namespace could not be
+    /// entered, the reader or the step panicked).
+    pub(crate) fn finish(self) -> Result<S, String> {
         self.stop.store(true, Ordering::Relaxed);
         self.join()
     }
 
-    /// Waits until the step says it is done or the limit passes; the step's state.
-    pub(crate) fn join(mut self) -> S {
-        self.handle
-            .take()
-            .and_then(|h| h.join().ok())
-            .and_then(|r| r.ok())
-            .unwrap_or_default()
+    /// Waits until the step says it is done or the limit passes; the step's state, or why
+    /// there is none.
+    pub(crate) fn join(mut self) -> Result<S, String> {
+        match self.handle.take().map(|h| h.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err("its thread panicked".into()),
+            None => Err("it was already joined".into()),
+        }
     }
 }
 
@@ -420,8 +422,15 @@ pub fn run_once(
         sample_tunnel(lab, host)
     });
     let res = kind.run(lab, spec, &mut rec, limit_bps, tick);
-    rec.sockets = sampler.finish();
-    rec.tunnel = tunnel.map(Poll::finish).unwrap_or_default();
+    match sampler.finish() {
+        Ok(s) => rec.sockets = s,
+        Err(e) => rec.errors.push(format!("socket sampler: {e}")),
+    }
+    match tunnel.map(Poll::finish) {
+        Some(Ok(t)) => rec.tunnel = t,
+        Some(Err(e)) => rec.errors.push(format!("tunnel sampler: {e}")),
+        None => {}
+    }
     // Each flow's socket counts up; sum the flows' last (largest) counts.
     let mut per_flow = std::collections::BTreeMap::new();
     for s in &rec.sockets {

@@ -85,7 +85,8 @@ pub(crate) fn wait_connected(lab: &Lab, host: Host, limit: Duration) -> Result<(
             *up
         },
     )
-    .join();
+    .join()
+    .map_err(|e| format!("waiting for the {} proxy's tunnel: {e}", host.name()))?;
     match up {
         true => Ok(()),
         false => Err(format!(

@@ -4,7 +4,7 @@
 
 use super::{check_count, one, Kind};
 use crate::iperf::{spawn_client, Server};
-use crate::scenario::beside::Beside;
+use crate::scenario::beside::{cross_frame_bps, Beside};
 use crate::scenario::spec::{CellSpec, Metric, Size, Span};
 use crate::scenario::traffic::{jain, wait_child, watch_first_data, FlowRecord, RunRecord};
 use crate::topology::{Host, Lab};
@@ -214,7 +214,10 @@ fn run_bulk(
     let all_from = warm.max(stagger * (n as f64 - 1.0));
     // iperf3's intervals count from the first data's arrival, seconds after the client
     // started; what arrived then passed the emulator one forward delay earlier.
-    let data_epoch = first_data.finish();
+    let data_epoch = first_data.finish().unwrap_or_else(|e| {
+        rec.errors.push(format!("first-data watcher: {e}"));
+        None
+    });
     let (total_bytes, last_end) = all_after(&flows, warm);
     let span = (last_end - warm).max(1e-3);
     let goodput = total_bytes as f64 * 8.0 / span;
@@ -390,7 +393,7 @@ fn all_after(flows: &[FlowRecord], from: f64) -> (u64, f64) {
 
 /// The physical limit `limit_bps` (at the direction's peak rate) over the measured span
 /// (`span`, s on the link's clock, when known): a rate trace's mean over it, less what
-/// constant-rate cross traffic takes first (1200-byte datagrams in 1242-byte frames).
+/// constant-rate cross traffic takes first ([`cross_frame_bps`]).
 fn limit_over(
     t: &Bulk,
     d: &satpep_link::config::DirectionConfig,
@@ -402,7 +405,7 @@ fn limit_over(
         None => limit_bps,
     };
     match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
-        Some(Ok(cross)) => limit_bps * (1.0 - cross * 1242.0 / 1200.0 / d.rate.max_bps()).max(0.0),
+        Some(Ok(cross)) => limit_bps * (1.0 - cross_frame_bps(cross) / d.rate.max_bps()).max(0.0),
         _ => limit_bps,
     }
 }
