@@ -1641,9 +1641,10 @@ mod tests {
     #[test]
     fn a_thin_lossy_link_is_filled_once_its_first_drain_measured_the_loss() {
         // A T1 losing one packet in nine (BER 1e-5): the bottleneck serves the lost packets
-        // too, so the link's rate is what is acknowledged / (1 - loss). The loss the first
-        // drain measures must reach the model by the next round, not at the next drain
-        // (lab: 10 s later, the link 12 % idle meanwhile).
+        // too, so the link's rate is what is acknowledged plus what was lost. (Once scaled
+        // by the noise estimate, whose first reading had to reach the model by the next
+        // round, not at the next drain: lab, 10 s later, the link 12 % idle meanwhile; the
+        // rounds now count their own losses.) The estimate is still measured.
         let mut c = Core::new(hop(None), MTU, Instant::now());
         let t1 = |_t: f64| Link {
             rate: 1.544e6 / 8.0 * MTU as f64 / (MTU + FRAME_OVERHEAD) as f64,
