@@ -13,6 +13,7 @@
 use crate::experiment::RunArgs;
 use crate::iperf::{ping, tcp_download, udp_forward, udp_return, UDP_FRAME_OVERHEAD};
 use crate::progress::Progress;
+use crate::scenario::runner::{tcp_limit_in, HOST_MSS};
 use crate::sink::Sink;
 use crate::topology::Host;
 use crate::topology::{Lab, UpOptions, SERVER_V4};
@@ -227,8 +228,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             emulator_cpu_sys: (b.cpu.1 - a.cpu.1) / dt,
             late_p99_ms: late,
             tcp_goodput_bps: tcp.goodput_bps,
-            tcp_share: tcp.goodput_bps
-                / crate::scenario::runner::tcp_limit_in(&spec.resolve()?.forward, 1460, true),
+            tcp_share: tcp.goodput_bps / tcp_limit_in(&spec.resolve()?.forward, HOST_MSS, true),
         };
         progress.done(
             step,

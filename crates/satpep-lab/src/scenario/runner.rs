@@ -26,6 +26,10 @@ pub struct RunOptions {
     pub source: String,
 }
 
+/// The hosts' MSS unless a scenario sets one: a 1500-byte MTU less 40 bytes of IP and TCP
+/// headers.
+pub const HOST_MSS: u32 = 1460;
+
 /// Highest goodput TCP can have in the traffic's direction of `spec`: rate × payload/frame ×
 /// (1 − loss), with the hosts' MSS and timestamps (1448-byte payloads in 1514-byte frames by
 /// default); None on a bridged link, where only the CPU limits.
@@ -40,7 +44,7 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<Option<f64>, String> {
         &cfg.ret
     };
     let (c, s) = (spec.host(Host::Client), spec.host(Host::Server));
-    let mss = c.mss.unwrap_or(1460).min(s.mss.unwrap_or(1460));
+    let mss = c.mss.unwrap_or(HOST_MSS).min(s.mss.unwrap_or(HOST_MSS));
     let ts = c.timestamps.unwrap_or(true) && s.timestamps.unwrap_or(true);
     Ok(Some(tcp_limit_in(dir, mss, ts)))
 }
@@ -325,14 +329,18 @@ mod tests {
     #[test]
     fn tcp_limit_counts_headers_and_the_frames_lost() {
         // 50 Mbit/s × 1448/1514 with no loss.
-        let clean = tcp_limit_in(&forward("[both]\nrate='50Mbit'\n"), 1460, true);
+        let clean = tcp_limit_in(&forward("[both]\nrate='50Mbit'\n"), HOST_MSS, true);
         assert!((clean - 47.820e6).abs() < 1e3, "{clean}");
         // BER 1e-6 on 1514-byte frames loses 1.204 %.
-        let lossy = tcp_limit_in(&forward("[both]\nrate='50Mbit'\nber=1e-6\n"), 1460, true);
+        let lossy = tcp_limit_in(
+            &forward("[both]\nrate='50Mbit'\nber=1e-6\n"),
+            HOST_MSS,
+            true,
+        );
         let l = lossy / clean;
         assert!((l - (1.0 - 0.01204)).abs() < 1e-4, "{l}");
         // Without timestamps the payload is 1460 bytes.
-        let no_ts = tcp_limit_in(&forward("[both]\nrate='50Mbit'\n"), 1460, false);
+        let no_ts = tcp_limit_in(&forward("[both]\nrate='50Mbit'\n"), HOST_MSS, false);
         assert!((no_ts / clean - 1460.0 / 1448.0).abs() < 1e-9);
     }
 }

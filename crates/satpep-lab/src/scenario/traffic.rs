@@ -144,7 +144,7 @@ pub fn jain(x: &[f64]) -> f64 {
 /// watcher and the tunnel sampler run on it.
 pub(crate) struct Poll<S> {
     stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Result<S, String>>>,
+    handle: std::thread::JoinHandle<Result<S, String>>,
 }
 
 impl<S: Default + Send + 'static> Poll<S> {
@@ -174,10 +174,7 @@ impl<S: Default + Send + 'static> Poll<S> {
             }
             state
         });
-        Poll {
-            stop,
-            handle: Some(handle),
-        }
+        Poll { stop, handle }
     }
 
     /// Stops polling; the step's state, or why there is none (the namespace could not be
@@ -189,12 +186,10 @@ impl<S: Default + Send + 'static> Poll<S> {
 
     /// Waits until the step says it is done or the limit passes; the step's state, or why
     /// there is none.
-    pub(crate) fn join(mut self) -> Result<S, String> {
-        match self.handle.take().map(|h| h.join()) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err("its thread panicked".into()),
-            None => Err("it was already joined".into()),
-        }
+    pub(crate) fn join(self) -> Result<S, String> {
+        self.handle
+            .join()
+            .unwrap_or_else(|_| Err("its thread panicked".into()))
     }
 }
 
