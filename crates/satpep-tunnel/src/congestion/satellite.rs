@@ -290,8 +290,8 @@ pub struct Core {
     probe_wins: u32,
     /// Rounds in a row whose full window met no queue.
     idle_rounds: u32,
-    /// Cruise or probe: since when the window holds the whole slack above the model's
-    /// bandwidth-delay product (packets sent before say nothing of an idle link).
+    /// Cruise or probe: since when the window holds three quarters of the slack above the
+    /// model's bandwidth-delay product (packets sent before say nothing of an idle link).
     full_since: Option<Instant>,
     /// The current run of acknowledgements that met no queue (an eighth of the slack at
     /// most), all of packets sent with three quarters of the slack in flight: `all_acked`
@@ -1798,26 +1798,29 @@ mod tests {
         assert!(util > 0.9, "utilization after the fade {util}");
     }
 
+    /// The `geo-fade` preset's forward rate at `t` s, Mbit/s: 50, then 38, 25 and 12 two
+    /// seconds apart from 8 s, back up from 20 s, every 30 s.
+    fn geo_fade_mbit(t: f64) -> f64 {
+        match t % 30.0 {
+            t if t < 8.0 => 50.0,
+            t if t < 10.0 => 38.0,
+            t if t < 12.0 => 25.0,
+            t if t < 20.0 => 12.0,
+            t if t < 22.0 => 25.0,
+            t if t < 24.0 => 38.0,
+            _ => 50.0,
+        }
+    }
+
     #[test]
     fn a_rain_fade_in_steps_is_not_taken_for_a_competitor() {
         // The `geo-fade` preset's trace, twice: 50 Mbit/s, then 38, 25 and 12 two seconds
         // apart, back up from 20 s. The link slows faster than each drain's cut follows, so
         // drains leave queues; the queue is still the tunnel's own, and the competitive mode
         // (which would hold the buffer full for 20 s) must not come.
-        let step = |t: f64| {
-            let mbit = match t % 30.0 {
-                t if t < 8.0 => 50.0,
-                t if t < 10.0 => 38.0,
-                t if t < 12.0 => 25.0,
-                t if t < 20.0 => 12.0,
-                t if t < 22.0 => 25.0,
-                t if t < 24.0 => 38.0,
-                _ => 50.0,
-            };
-            Link {
-                rate: mbit * 1e6 / 8.0,
-                ..geo(0.0)
-            }
+        let step = |t: f64| Link {
+            rate: geo_fade_mbit(t) * 1e6 / 8.0,
+            ..geo(0.0)
         };
         let born = Instant::now();
         let mut c = Core::new(hop(None), MTU, born);
@@ -1868,17 +1871,8 @@ mod tests {
     #[test]
     #[ignore]
     fn fade_figures() {
-        let mbit = |t: f64| match t % 30.0 {
-            t if t < 8.0 => 50.0,
-            t if t < 10.0 => 38.0,
-            t if t < 12.0 => 25.0,
-            t if t < 20.0 => 12.0,
-            t if t < 22.0 => 25.0,
-            t if t < 24.0 => 38.0,
-            _ => 50.0,
-        };
         let step = |t: f64| Link {
-            rate: mbit(t) * 1e6 / 8.0,
+            rate: geo_fade_mbit(t) * 1e6 / 8.0,
             ..geo(0.0)
         };
         let mut c = Core::new(hop(None), MTU, Instant::now());
@@ -1889,10 +1883,10 @@ mod tests {
             // Acknowledged about a base RTT after the bottleneck served it.
             let d = delivered(&p, a + 0.56, b + 0.56);
             got += d;
-            limit += mbit(a) * 1e6 / 8.0;
+            limit += geo_fade_mbit(a) * 1e6 / 8.0;
             eprintln!(
                 "{s:>3} s link {:>4.0} got {:>5.1} Mbit/s q95 {:>5.0} ms",
-                mbit(a),
+                geo_fade_mbit(a),
                 d * 8.0 / 1e6,
                 queue_p95(&p, a, b)
             );
