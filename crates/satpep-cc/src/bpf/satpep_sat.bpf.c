@@ -76,6 +76,8 @@ char _license[] SEC("license") = "GPL";
 #define FRAME_OVERHEAD 66U
 #define NOISE_MAX_PPM 500000U
 #define NONE 0xffffffffU
+/* Most of the competitive window's loss the fair share makes up for, /256 (0.3). */
+#define COMPETE_LOSS_MAX 77U
 
 struct sat {
 	u32 bw;            /* model rate, bytes/s */
@@ -124,6 +126,8 @@ struct sat {
 			    * keeps it at 2 if the span had any, counting low) */
 	u8 bw_rounds;
 	u8 cnt;            /* growth not yet applied, segments */
+	u8 compete_loss;   /* competitive mode: share of a round's segments lost, /256,
+			    * smoothed over about four rounds */
 	u8 reacted:1;      /* reacted to a queue this round */
 	u8 app_limited:1;  /* this round had too little to send */
 	u8 regrowth:1;     /* growth after the start: x1.5 a round */
@@ -225,10 +229,16 @@ static __always_inline u32 target(const struct tcp_sock *tp, const struct sat *c
 	return max(w, MIN_CWND);
 }
 
-/* The competitive mode's least window: half the link's rate over the RTT now. */
+/* The competitive mode's least window: half the link's rate over the RTT now, raised by the
+ * share of its segments the full buffer drops (what is dropped never arrives: a paced sender
+ * loses more at a drop-tail buffer kept full than a window-clocked competitor), by 1 / 0.7 at
+ * most. */
 static __always_inline u32 fair_share(const struct tcp_sock *tp, const struct sat *ca)
 {
-	return max(segs_in(tp, ca->bw_peak / 2, tp->srtt_us >> 3), MIN_CWND);
+	u64 w = segs_in(tp, ca->bw_peak / 2, tp->srtt_us >> 3);
+
+	w = w * 256 / (256 - min((u32)ca->compete_loss, COMPETE_LOSS_MAX));
+	return max((u32)min(w, 0xffffffffULL), MIN_CWND);
 }
 
 /* Cube root of x (to within one), x below 2^51, by Newton's method from above: 2^17 is
@@ -407,6 +417,7 @@ static __always_inline void end_drain(struct sock *sk, struct sat *ca)
 
 		tp->snd_cwnd = max(max(segs_in(tp, ca->bw, base + queue), share), MIN_CWND);
 		tp->snd_cwnd = max(tp->snd_cwnd, from / 10 * 7);
+		ca->compete_loss = 0;
 		enter(sk, ca, PH_COMPETE);
 		cubic_epoch(tp, ca, max(from, tp->snd_cwnd));
 		return;
@@ -440,6 +451,12 @@ static __always_inline void end_round(struct sock *sk, struct sat *ca)
 
 		ca->noise_ppm = s >= ca->noise_ppm ? ca->noise_ppm + (s - ca->noise_ppm) / 4
 						   : ca->noise_ppm - (ca->noise_ppm - s) / 4;
+	}
+	if (ca->phase == PH_COMPETE && total >= 30) {
+		u32 s = min((u32)((u64)ca->round_lost * 256 / total), 255U);
+		u32 l = ca->compete_loss;
+
+		ca->compete_loss = s >= l ? l + (s - l) / 4 : l - (l - s) / 4;
 	}
 	if (sample && (filled || sample > ca->bw))
 		ca->bw_cur = max(ca->bw_cur, (u32)sample);
