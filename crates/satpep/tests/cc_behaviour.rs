@@ -312,11 +312,13 @@ fn westwood_sets_ssthresh_to_the_measured_pipe() {
     let _cc = load("satpep_westwood", 25);
     // 10 Mbit/s, RTT 40 ms (BDP 33 segments), a 4-frame queue: losses every half second.
     let lab = lab("ccww", "[both]\nrate='10Mbit'\ndelay='20ms'\nqueue='6KB'\n");
-    let s = bulk(&lab, "satpep_westwood", 8.0);
+    let s = bulk(&lab, "satpep_westwood", 12.0);
     // Once the estimate has settled: ssthresh = BWE x RTTmin, the BDP, where Reno would take
-    // half of BDP + queue (~0.56 BDP).
+    // half of BDP + queue (~0.56 BDP). Read from 6 s on: a start that collapsed to two
+    // segments (losses in the first RTTs at the 4-frame queue) still climbed through 17-22
+    // from 3 to 5 s and reached 27-28 by 7 s (a clean-clone CI run: median 0.70 from 4 s).
     let bdp = 10e6 * 0.04 / (1514.0 * 8.0);
-    let mut late: Vec<u32> = s.iter().filter(|x| x.t > 4.0).map(|x| x.ssthresh).collect();
+    let mut late: Vec<u32> = s.iter().filter(|x| x.t > 6.0).map(|x| x.ssthresh).collect();
     late.sort_unstable();
     let ssthresh = late[late.len() / 2];
     let ratio = ssthresh as f64 / bdp;
@@ -327,7 +329,7 @@ fn westwood_sets_ssthresh_to_the_measured_pipe() {
     // seen in CI beside a build); Reno's ~0.56 stays far outside.
     assert!(
         (0.75..=1.3).contains(&ratio),
-        "median ssthresh {ssthresh} after 4 s is {ratio:.2} x BDP, want ~1\n{}",
+        "median ssthresh {ssthresh} after 6 s is {ratio:.2} x BDP, want ~1\n{}",
         dump(&s)
     );
 }
