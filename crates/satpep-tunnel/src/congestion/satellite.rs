@@ -874,15 +874,7 @@ impl Core {
                 if !app_limited {
                     self.window += bytes / self.growth_share;
                 }
-                // A growth restart began from a window that already held the slack, on a
-                // link found idle: a queue past the slack says the link is full again. (At
-                // the budget, the round of growth the RTT hides came on top: up to 190 ms
-                // of queue on a T1 at each restart.)
-                let full_again = self.growth_share > 1
-                    && fresh
-                    && self.recent.len() >= 3
-                    && self.queue() > self.slack();
-                if too_long || full_again {
+                if too_long {
                     self.react(now);
                 }
             }
