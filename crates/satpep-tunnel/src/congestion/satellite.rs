@@ -388,9 +388,8 @@ pub struct Core {
     /// The queue the bottleneck's buffer holds at most, when losses showed it is shallower
     /// than the slack and the budget.
     buffer: Option<Duration>,
-    /// The last round whose losses showed a shallow buffer, not yet confirmed: when, and
-    /// the queue it saw.
-    shallow_seen: Option<(Instant, Duration)>,
+    /// When a round's losses last showed a shallow buffer, not yet confirmed.
+    shallow_seen: Option<Instant>,
     /// The highest queue the previous round saw.
     prev_round_queue: Duration,
 }
@@ -837,7 +836,7 @@ impl Core {
             self.round.rtt_sum += rtt;
             self.round.rtt_n += 1;
             self.round.max_rtt = self.round.max_rtt.max(rtt);
-            if self.min_rtt.is_none() || full && self.min_rtt.is_some_and(|m| rtt < m) {
+            if self.min_rtt.is_none_or(|m| full && rtt < m) {
                 self.min_rtt = Some(rtt);
             }
             if self.phase == Phase::Drain {
@@ -1147,6 +1146,11 @@ impl Core {
         // (Lost bytes count: a round that overflowed a buffer did fill its window.)
         let filled =
             !self.round.app_limited && self.round.acked + self.round.lost >= self.round.window / 2;
+        // The round's mean RTT above the base (None without samples or base).
+        let mean_queue = self
+            .min_rtt
+            .filter(|_| self.round.rtt_n > 0)
+            .map(|m| (self.round.rtt_sum / self.round.rtt_n).saturating_sub(m));
         // A full window met no queue at all: the model's rate is too low (the link got
         // faster, or a drain cut it too deep).
         let idle_link = filled
@@ -1154,18 +1158,13 @@ impl Core {
             // (with at least the model's bandwidth-delay product in flight: below it, as
             // while the window ramps back up after a drain, no queue is expected)
             && self.round.window >= bytes_in(self.bw, self.base())
-            && self.round.rtt_n > 0
-            && self.min_rtt.is_some_and(|m| {
-                (self.round.rtt_sum / self.round.rtt_n).saturating_sub(m) < self.slack() / 4
-            });
+            && mean_queue.is_some_and(|q| q < self.slack() / 4);
         tracing::trace!(
             phase = ?self.phase,
             sample_mbit = sample as f64 * 8e-6,
             rate_mbit = self.bw as f64 * 8e-6,
             base_ms = self.base().as_secs_f64() * 1e3,
-            mean_queue_ms = self.min_rtt.filter(|_| self.round.rtt_n > 0).map_or(0.0, |m| {
-                (self.round.rtt_sum / self.round.rtt_n).saturating_sub(m).as_secs_f64() * 1e3
-            }),
+            mean_queue_ms = mean_queue.map_or(0.0, |q| q.as_secs_f64() * 1e3),
             min_queue_ms = self.min_rtt.zip(self.round.min_rtt).map_or(0.0, |(m, r)| {
                 r.saturating_sub(m).as_secs_f64() * 1e3
             }),
@@ -1322,12 +1321,12 @@ impl Core {
             let within = self.smoothed.max(Duration::from_millis(10)) * 16;
             if self
                 .shallow_seen
-                .is_some_and(|(t, _)| now.saturating_duration_since(t) <= within)
+                .is_some_and(|t| now.saturating_duration_since(t) <= within)
             {
                 self.buffer = Some(seen);
                 self.shallow_seen = None;
             } else {
-                self.shallow_seen = Some((now, seen));
+                self.shallow_seen = Some(now);
             }
         }
         self.losses.congestion += 1;
@@ -1875,6 +1874,19 @@ mod tests {
         assert!(c.drains <= 8, "{} drains in 40 s", c.drains);
     }
 
+    /// A T1 (1.544 Mbit/s of frames: its payload rate) with a 570 ms RTT and a BDP of
+    /// buffer, losing one packet in nine (BER 1e-5), at random or every ninth.
+    fn t1(random_loss: bool) -> Link {
+        Link {
+            rate: 1.544e6 / 8.0 * MTU as f64 / (MTU + FRAME_OVERHEAD) as f64,
+            base: Duration::from_millis(570),
+            queue_limit: 110_000,
+            loss_every: 9,
+            random_loss,
+            ..geo(0.0)
+        }
+    }
+
     #[test]
     fn a_thin_lossy_link_is_filled_once_its_first_drain_measured_the_loss() {
         // A T1 losing one packet in nine (BER 1e-5): the bottleneck serves the lost packets
@@ -1883,13 +1895,7 @@ mod tests {
         // round, not at the next drain: lab, 10 s later, the link 12 % idle meanwhile; the
         // rounds now count their own losses.) The estimate is still measured.
         let mut c = Core::new(hop(None), MTU, Instant::now());
-        let t1 = |_t: f64| Link {
-            rate: 1.544e6 / 8.0 * MTU as f64 / (MTU + FRAME_OVERHEAD) as f64,
-            base: Duration::from_millis(570),
-            queue_limit: 110_000,
-            loss_every: 9,
-            ..geo(0.0)
-        };
+        let t1 = |_t: f64| t1(false);
         let p = simulate(&mut c, &t1, 12.0);
         let noise = c.channel_loss().expect("a drain measured the loss");
         assert!((noise - 1.0 / 9.0).abs() < 0.02, "loss {noise}");
@@ -1905,15 +1911,8 @@ mod tests {
         // the link ±3.5 % from round to round, the max filter kept the high ones, and the
         // excess stood in the queue (lab: p95 59-77 ms against a bound of 57).
         let mut c = Core::new(hop(None), MTU, Instant::now());
-        let rate = 1.544e6 / 8.0 * MTU as f64 / (MTU + FRAME_OVERHEAD) as f64;
-        let t1 = |_t: f64| Link {
-            rate,
-            base: Duration::from_millis(570),
-            queue_limit: 110_000,
-            loss_every: 9,
-            random_loss: true,
-            ..geo(0.0)
-        };
+        let rate = t1(true).rate;
+        let t1 = |_t: f64| t1(true);
         let p = simulate(&mut c, &t1, 60.0);
         let bw = c.bw() as f64;
         assert!(bw < rate * 1.02, "rate model {bw} above the link's {rate}");
@@ -1931,17 +1930,12 @@ mod tests {
         // first of a pair waits as long again for its acknowledgement: against a base RTT
         // set by the small packets the link never looked idle, and only the probes, a
         // percent or two each, found the rate.
-        let rate = 1.544e6 / 8.0 * MTU as f64 / (MTU + FRAME_OVERHEAD) as f64;
+        let rate = t1(true).rate;
         let frames = |r: f64| (r * (MTU + FRAME_OVERHEAD) as f64 / MTU as f64) as u64;
         let t1 = |_t: f64| Link {
-            rate,
-            base: Duration::from_millis(570),
-            queue_limit: 110_000,
-            loss_every: 9,
-            random_loss: true,
             delayed_acks: true,
             requests: true,
-            ..geo(0.0)
+            ..t1(true)
         };
         let told = HopInfo {
             rate: Some(frames(rate * 0.84)),
