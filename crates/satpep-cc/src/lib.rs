@@ -8,6 +8,7 @@
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 macro_rules! skeleton {
@@ -50,6 +51,9 @@ pub struct Bundled {
     pub name: &'static str,
     /// One line about it.
     pub about: &'static str,
+    /// This build of it (a hash of the compiled object): a pinned registration of another
+    /// build is replaced (see [`refresh`]).
+    pub build: &'static str,
 }
 
 /// The controller split mode's satellite leg uses when none is configured: the tunnel's
@@ -103,8 +107,107 @@ impl Loaded {
         self.link
             .pin(&path)
             .map_err(|e| format!("cannot pin {} at {}: {e}", self.name, path.display()))?;
+        // A second pin of the same link names the build (bpffs holds no plain files): a
+        // later satpep of another build sees it is not its own.
+        if let Some(marker) = build_marker(self.name) {
+            let _ = std::fs::remove_file(&marker);
+            // libbpf pins a link once; the kernel takes more.
+            obj_pin(self.link.as_fd(), &marker)
+                .map_err(|e| format!("cannot pin {} at {}: {e}", self.name, marker.display()))?;
+        }
         Ok(path)
     }
+}
+
+/// bpf(BPF_OBJ_PIN): pins the BPF object `fd` at `path` in bpffs.
+fn obj_pin(fd: std::os::fd::BorrowedFd<'_>, path: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    const BPF_OBJ_PIN: libc::c_long = 6;
+    // The kernel's union bpf_attr for BPF_OBJ_PIN.
+    #[repr(C)]
+    struct ObjPin {
+        pathname: u64,
+        bpf_fd: u32,
+        file_flags: u32,
+        path_fd: i32,
+        // The kernel wants the rest of the union zeroed.
+        pad: [u8; 108],
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let attr = ObjPin {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: fd.as_raw_fd() as u32,
+        file_flags: 0,
+        path_fd: 0,
+        pad: [0; 108],
+    };
+    // SAFETY: attr and the path it points to outlive the call; the size is attr's own.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_PIN,
+            &attr as *const ObjPin,
+            std::mem::size_of::<ObjPin>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Where the pin that names this build of `name` goes: `PIN_DIR/NAME@BUILD` (bpffs takes
+/// no dots in names).
+fn build_marker(name: &str) -> Option<PathBuf> {
+    let b = BUNDLED.iter().find(|b| b.name == name)?;
+    Some(Path::new(PIN_DIR).join(format!("{}@{}", b.name, b.build)))
+}
+
+/// What [`refresh`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    /// Not registered by a pin of satpep's: nothing to do.
+    NotPinned,
+    /// Pinned by this build: kept.
+    Current,
+    /// Pinned by another build (an upgrade, or a lab testing a change): unpinned, and this
+    /// build loaded and pinned in its place. Sockets already on the old one keep it.
+    Replaced,
+}
+
+/// Makes a pinned registration of the bundled controller `name` this build's. A satpep
+/// that finds the name registered uses what is there, so without this an upgraded satpep
+/// would run the previous version's controller until a reboot (and a lab measuring a
+/// change would measure the old code). A registration held by a process rather than a pin
+/// is left alone. The replacement is loaded with `opts` (the old one's are not known).
+pub fn refresh(name: &str, opts: &Options) -> Result<Refresh, String> {
+    let Some(marker) = build_marker(name) else {
+        return Ok(Refresh::NotPinned);
+    };
+    if !Path::new(PIN_DIR).join(name).exists() {
+        return Ok(Refresh::NotPinned);
+    }
+    if marker.exists() {
+        return Ok(Refresh::Current);
+    }
+    unpin(name)?;
+    // The kernel releases the link after the last pin goes, in a work item: wait for the
+    // name to leave (a process holding the link keeps it registered, and that is an error).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while available().iter().any(|a| a == name) {
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "cannot replace {name} by this build's: after its pin was removed a process \
+                 still holds it registered"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut l = load(name, opts)?;
+    l.pin()?;
+    Ok(Refresh::Replaced)
 }
 
 /// Mounts bpffs on /sys/fs/bpf unless it is there (as systemd does at boot; minimal systems
@@ -139,6 +242,16 @@ fn ensure_bpffs() -> Result<(), String> {
 /// Removes the pin of `name`; the kernel unregisters it once no socket uses it. Returns
 /// whether a pin existed.
 pub fn unpin(name: &str) -> Result<bool, String> {
+    // Its build markers first (any build's), then the pin itself.
+    let prefix = format!("{name}@");
+    for f in pin_entries().into_iter().filter(|f| f.starts_with(&prefix)) {
+        let path = Path::new(PIN_DIR).join(f);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+        }
+    }
     let path = Path::new(PIN_DIR).join(name);
     match std::fs::remove_file(&path) {
         Ok(()) => Ok(true),
@@ -147,14 +260,22 @@ pub fn unpin(name: &str) -> Result<bool, String> {
     }
 }
 
-/// Names of the pinned congestion controls.
-pub fn pinned() -> Vec<String> {
+fn pin_entries() -> Vec<String> {
     std::fs::read_dir(PIN_DIR)
         .map(|d| {
             d.filter_map(|e| e.ok()?.file_name().into_string().ok())
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Names of the pinned congestion controls.
+pub fn pinned() -> Vec<String> {
+    // A name with an @ is a build marker.
+    pin_entries()
+        .into_iter()
+        .filter(|n| !n.contains('@'))
+        .collect()
 }
 
 /// The congestion controls the kernel offers now (built in, modules, and BPF ones loaded).

@@ -168,6 +168,9 @@ fn hosts(name: &str) -> Vec<HostInfo> {
 /// pinned (they stay for other labs and runs; `satpep cc unload` removes them). Others must be
 /// the kernel's.
 pub fn ensure_cc(cc: &str) -> Result<(), String> {
+    // A pin left by another build (an earlier lab run before a change) is this build's now:
+    // a lab measuring a change to a controller measures the change.
+    satpep_cc::refresh(cc, &satpep_cc::Options::default())?;
     if satpep_cc::available().iter().any(|a| a == cc) {
         return Ok(());
     }

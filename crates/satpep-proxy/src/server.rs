@@ -126,11 +126,30 @@ fn legs_of(cfg: &ProxyConfig) -> (Leg, Leg) {
     }
 }
 
+/// Replaces satpep's pinned congestion controls of another build by this build's, so that
+/// an upgraded proxy runs its own (a name already registered is used as it is).
+fn refresh_pinned() {
+    for b in satpep_cc::BUNDLED {
+        match satpep_cc::refresh(b.name, &satpep_cc::Options::default()) {
+            Ok(satpep_cc::Refresh::Replaced) => warn!(
+                congestion = b.name,
+                "replaced the pinned controller of another satpep build by this build's \
+                 (load options back to their defaults: satpep cc load --pin sets them)"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                warn!(congestion = b.name, error = %e, "pinned controller of another build kept")
+            }
+        }
+    }
+}
+
 /// What can fail before anything is installed: Fast Open, the congestion controls the
 /// configuration names (satpep's own are loaded here, for as long as the returned handles
 /// live, unless something else such as `satpep cc load --pin` already registered them) and
 /// the adaptive policy's. Each error names the config key that asked.
 fn check_and_load(cfg: &mut ProxyConfig) -> Result<Vec<satpep_cc::Loaded>, String> {
+    refresh_pinned();
     let default_cc = default_satellite_congestion(cfg);
     if let Some(e) = crate::preflight::fastopen_refusals(cfg).into_iter().next() {
         return Err(e);

@@ -140,11 +140,15 @@ pub fn main(cmd: CcCmd) -> Result<(), String> {
                 capacity_kbps,
             };
             let mut loaded = Vec::new();
-            let registered = satpep_cc::available();
             for n in names_or_all(names) {
+                // Pinned by another satpep build: this build's takes its place.
+                if satpep_cc::refresh(&n, &opts)? == satpep_cc::Refresh::Replaced {
+                    eprintln!("{n}: the pinned one was another satpep build's; replaced by this build's, pinned");
+                    continue;
+                }
                 // Already registered (pinned by an earlier `load --pin`, or held by a running
                 // proxy): the goal is met, so say so and go on with the rest.
-                if registered.contains(&n) {
+                if satpep_cc::available().contains(&n) {
                     eprintln!("{n}: already registered, kept as it is");
                     continue;
                 }

@@ -84,3 +84,41 @@ fn a_loaded_controller_is_usable_by_any_socket_and_goes_away_when_unloaded() {
     }
     assert!(gone, "still registered: {:?}", satpep_cc::available());
 }
+
+#[test]
+fn a_controller_pinned_by_another_build_is_replaced_by_this_builds() {
+    use std::os::unix::fs::MetadataExt;
+    require_root();
+    let name = "satpep_hstcp";
+    let _ = satpep_cc::unpin(name);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (ok, _, err) = run(&["cc", "load", name, "--pin"]);
+    assert!(ok, "{err}");
+    let dir = std::path::Path::new(satpep_cc::PIN_DIR);
+    let markers = || -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&format!("{name}@")))
+            .collect()
+    };
+    // The pin names its build; `cc list` shows the controller, not the marker.
+    assert_eq!(markers().len(), 1, "{:?}", markers());
+    assert!(!satpep_cc::pinned().iter().any(|p| p.contains('@')));
+    let (ok, _, err) = run(&["cc", "load", name, "--pin"]);
+    assert!(ok && err.contains("already registered"), "{err}");
+    // Another build's pin (as an upgrade finds it): no marker of this build.
+    let before = std::fs::metadata(dir.join(name)).unwrap().ino();
+    for m in markers() {
+        std::fs::remove_file(dir.join(m)).unwrap();
+    }
+    let (ok, _, err) = run(&["cc", "load", name, "--pin"]);
+    assert!(ok && err.contains("replaced by this build's"), "{err}");
+    assert_ne!(std::fs::metadata(dir.join(name)).unwrap().ino(), before);
+    assert_eq!(markers().len(), 1, "{:?}", markers());
+    assert!(satpep_cc::available().iter().any(|a| a == name));
+    // Unloading removes the pin and its marker.
+    let (ok, _, err) = run(&["cc", "unload", name]);
+    assert!(ok, "{err}");
+    assert!(markers().is_empty() && !dir.join(name).exists());
+}
