@@ -1352,7 +1352,12 @@ impl Core {
             && !persistent
             && matches!(self.phase, Phase::Startup | Phase::Cruise | Phase::Probe)
             && seen < self.budget()
-            && self.losses_excessive();
+            && self.losses_excessive()
+            // Without a queue of a few ms to show a buffer, only losses beyond any channel's
+            // noise say there is none (a policer): a burst of noise (a fade's, a handover's)
+            // also loses far more than the mean in a round, but seldom a quarter.
+            && (seen >= Duration::from_millis(2).max(self.packets_time(4))
+                || self.round.lost * 3 > self.round.acked);
         if !queued && !shallow {
             // The channel's noise, or an outage: repaired without slowing down.
             self.losses.random += 1;
