@@ -245,14 +245,14 @@ pub fn unpin(name: &str) -> Result<bool, String> {
     // Its build markers first (any build's), then the pin itself.
     let prefix = format!("{name}@");
     for f in pin_entries().into_iter().filter(|f| f.starts_with(&prefix)) {
-        let path = Path::new(PIN_DIR).join(f);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
-        }
+        remove_pin(&f)?;
     }
-    let path = Path::new(PIN_DIR).join(name);
+    remove_pin(name)
+}
+
+/// Removes the pin `PIN_DIR/entry`; whether it existed.
+fn remove_pin(entry: &str) -> Result<bool, String> {
+    let path = Path::new(PIN_DIR).join(entry);
     match std::fs::remove_file(&path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),

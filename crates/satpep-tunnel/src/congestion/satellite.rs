@@ -401,6 +401,12 @@ pub struct Core {
     prev_round_lossy: bool,
 }
 
+/// The most losses (packets) the channel's noise explains when it explains `expected` on
+/// average: three standard deviations (binomial, few losses) and two packets above.
+fn noise_bound(expected: f64) -> f64 {
+    expected + 3.0 * expected.sqrt() + 2.0
+}
+
 fn bytes_in(rate: u64, d: Duration) -> u64 {
     (rate as u128 * d.as_nanos() / 1_000_000_000) as u64
 }
@@ -702,7 +708,7 @@ impl Core {
             return false;
         }
         let expected = self.expected_losses();
-        lost > 2.0 * expected + 3.0 * expected.sqrt() + 2.0
+        lost > expected + noise_bound(expected)
     }
 
     /// The losses, in packets, the channel's noise explains in this round (see
@@ -742,7 +748,7 @@ impl Core {
     fn loss_credit(&self, acked: u64) -> u64 {
         let p = self.loss_rate().min(NOISE_CREDIT_MAX);
         let expected = (acked / self.mtu) as f64 * p / (1.0 - p);
-        ((expected + 3.0 * expected.sqrt() + 2.0) * self.mtu as f64) as u64
+        (noise_bound(expected) * self.mtu as f64) as u64
     }
 
     /// The highest queue this round or the last one saw.
@@ -1357,7 +1363,8 @@ impl Core {
             // noise say there is none (a policer): a burst of noise (a fade's, a handover's)
             // also loses far more than the mean in a round, but seldom a quarter.
             && (seen >= Duration::from_millis(2).max(self.packets_time(4))
-                || self.round.lost * 3 > self.round.acked);
+                || self.round.lost as f64
+                    > NOISE_CREDIT_MAX * (self.round.lost + self.round.acked) as f64);
         if !queued && !shallow {
             // The channel's noise, or an outage: repaired without slowing down.
             self.losses.random += 1;
@@ -1726,6 +1733,13 @@ mod tests {
             .filter(|x| x.2.is_some() && x.1 >= a && x.1 < b)
             .count() as f64
             * MTU as f64
+    }
+
+    /// Packets sent from `from` s on: (lost, sent).
+    fn losses_from(p: &[Packet], from: f64) -> (f64, f64) {
+        let sent: Vec<_> = p.iter().filter(|x| x.0 >= from).collect();
+        let lost = sent.iter().filter(|x| x.2.is_none()).count();
+        (lost as f64, sent.len() as f64)
     }
 
     /// 95th percentile of the queueing delay of packets sent between `a` and `b` s, ms.
@@ -2298,8 +2312,7 @@ mod tests {
         };
         let mut c = Core::new(hop(None), MTU, Instant::now());
         let p = simulate(&mut c, &shallow, 10.0);
-        let lost = p.iter().filter(|x| x.0 >= 2.0 && x.2.is_none()).count() as f64;
-        let sent = p.iter().filter(|x| x.0 >= 2.0).count() as f64;
+        let (lost, sent) = losses_from(&p, 2.0);
         assert!(lost / sent < 0.01, "{lost} of {sent} packets lost");
         let util = delivered(&p, 2.0, 10.0) / (rate * 8.0);
         assert!(util > 0.9, "utilization {util}");
@@ -2322,8 +2335,7 @@ mod tests {
         };
         let mut c = Core::new(hop(None), MTU, Instant::now());
         let p = simulate(&mut c, &policer, 10.0);
-        let lost = p.iter().filter(|x| x.2.is_none()).count() as f64;
-        let sent = p.len() as f64;
+        let (lost, sent) = losses_from(&p, 0.0);
         let bw = c.bw() as f64;
         eprintln!(
             "lost {lost} of {sent}, model {bw} vs {rate}, {:?}",
