@@ -219,27 +219,33 @@ fn sample_sockets(lab: &Lab, host: Host, ports: std::ops::Range<u16>) -> Poll<Ve
     )
 }
 
-/// Watches the receiving host for the first data of the flow on `port`: iperf3's intervals
+/// Watches the receiving host for the first data of each flow on `ports`: iperf3's intervals
 /// count from there, seconds after the client started (its control exchange takes about six
-/// round trips, 3.4 s on a GEO path). Its state is the wall clock then, s since the epoch.
+/// round trips, 3.4 s on a GEO path). Its state is, per port, the wall clock then (s since the
+/// epoch; None if none came). Flows started together do not start together to the
+/// millisecond, and a flow whose handshake lost a packet starts a second or more late: their
+/// intervals are put on one clock with these.
 pub(crate) fn watch_first_data(
     lab: &Lab,
     host: Host,
-    port: u16,
+    ports: std::ops::Range<u16>,
     limit: Duration,
-) -> Poll<Option<f64>> {
+) -> Poll<Vec<Option<f64>>> {
     Poll::start(
         lab,
         host,
         Duration::from_millis(20),
         limit,
         ss_established(lab.ns(host)),
-        move |seen: &mut Option<f64>, text, _| {
-            let arrived = received(text, port) >= FIRST_DATA_BYTES;
-            if arrived {
-                *seen = Some(super::beside::epoch_now());
+        move |seen: &mut Vec<Option<f64>>, text, _| {
+            seen.resize(ports.len(), None);
+            let now = super::beside::epoch_now();
+            for (slot, port) in seen.iter_mut().zip(ports.clone()) {
+                if slot.is_none() && received(text, port) >= FIRST_DATA_BYTES {
+                    *slot = Some(now);
+                }
             }
-            arrived
+            seen.iter().all(Option::is_some)
         },
     )
 }

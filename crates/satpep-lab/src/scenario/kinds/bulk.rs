@@ -182,7 +182,7 @@ fn run_bulk(
     }
     let beside = Beside::start(lab, t, dur);
     let receiver = if download { Host::Client } else { Host::Server };
-    let first_data = watch_first_data(lab, receiver, BASE_PORT, Duration::from_secs_f64(dur));
+    let first_data = watch_first_data(lab, receiver, t.ports(), Duration::from_secs_f64(dur));
     let start = Instant::now();
     let (mut children, ccs) = start_clients(t, lab, &servers, dur, start, tick)?;
     // iperf3 ends on its own after -t; allow the queue to drain and slow closes.
@@ -194,10 +194,22 @@ fn run_bulk(
             None => None,
         });
     }
+    // iperf3's intervals count from the first data's arrival, seconds after the client
+    // started; what arrived then passed the emulator one forward delay earlier.
+    let epochs = first_data.finish().unwrap_or_else(|e| {
+        rec.errors.push(format!("first-data watcher: {e}"));
+        Vec::new()
+    });
+    let epoch = |i: usize| epochs.get(i).copied().flatten();
+    let data_epoch = epoch(0);
     let mut flows = Vec::new();
     for (i, (child, cc)) in children.into_iter().zip(ccs).enumerate() {
         let mut flow = FlowRecord {
-            start_s: stagger * i as f64,
+            // Where the flow's intervals start on flow 0's clock: as measured, else as meant.
+            start_s: match (epoch(i), data_epoch) {
+                (Some(e), Some(e0)) => e - e0,
+                _ => stagger * i as f64,
+            },
             cc,
             bytes: 0,
             goodput_bps: 0.0,
@@ -211,16 +223,11 @@ fn run_bulk(
         flows.push(flow);
     }
     // Aggregate goodput after the warm-up; per-flow goodput while all flows ran.
-    let all_from = warm.max(stagger * (n as f64 - 1.0));
-    // iperf3's intervals count from the first data's arrival, seconds after the client
-    // started; what arrived then passed the emulator one forward delay earlier.
-    let data_epoch = first_data.finish().unwrap_or_else(|e| {
-        rec.errors.push(format!("first-data watcher: {e}"));
-        None
-    });
-    let (total_bytes, last_end) = all_after(&flows, warm);
-    let span = (last_end - warm).max(1e-3);
-    let goodput = total_bytes as f64 * 8.0 / span;
+    let all_from = flows.iter().fold(warm, |a, f| a.max(f.start_s));
+    let (goodput, last_end) = match all_between(&flows, warm) {
+        Some((bytes, end)) => (bytes * 8.0 / (end - warm), end),
+        None => (0.0, warm),
+    };
     for f in flows.iter_mut() {
         let (b, s, _) = window(f, all_from);
         f.goodput_bps = if s > 0.0 { b as f64 * 8.0 / s } else { 0.0 };
@@ -256,9 +263,8 @@ fn run_bulk(
         let after = t.competing_after.secs();
         if t.competing && after > 0.0 {
             let from = after + warm;
-            let (bytes, end) = all_after(&flows, from);
             b.transfer_beside_competing_bps =
-                (end > from).then(|| bytes as f64 * 8.0 / (end - from));
+                all_between(&flows, from).map(|(bytes, end)| bytes * 8.0 / (end - from));
         }
         rec.beside = Some(b);
     }
@@ -383,12 +389,31 @@ fn window(f: &FlowRecord, from: f64) -> (u64, f64, f64) {
     (b, s, last)
 }
 
-/// All flows' bytes from `from` s on, and where the last of them ends.
-fn all_after(flows: &[FlowRecord], from: f64) -> (u64, f64) {
-    flows.iter().fold((0, from), |(b, e), f| {
-        let (fb, _, fe) = window(f, from);
-        (b + fb, e.max(fe))
-    })
+/// All flows' bytes from `from` s on, up to where the first flow's measured intervals end
+/// (so no flow's tail is missing), and that end; None if that span is empty. Flows' intervals
+/// are not aligned: one that straddles an edge counts in proportion to its time inside.
+fn all_between(flows: &[FlowRecord], from: f64) -> Option<(f64, f64)> {
+    let to = flows
+        .iter()
+        .filter(|f| f.series.len() > 1)
+        .map(|f| window(f, f.start_s).2)
+        .fold(f64::INFINITY, f64::min);
+    if !to.is_finite() || to <= from {
+        return None;
+    }
+    let mut bytes = 0.0;
+    for f in flows {
+        let mut prev = f.start_s;
+        // The last interval also holds what was queued when the sender stopped (see window).
+        for &(end, b) in f.series.iter().take(f.series.len().saturating_sub(1)) {
+            let inside = end.min(to) - prev.max(from);
+            if inside > 0.0 && end > prev {
+                bytes += b as f64 * inside / (end - prev);
+            }
+            prev = end;
+        }
+    }
+    Some((bytes, to))
 }
 
 /// The physical limit `limit_bps` (at the direction's peak rate) over the measured span
@@ -410,3 +435,44 @@ fn limit_over(
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(start_s: f64, series: &[(f64, u64)]) -> FlowRecord {
+        FlowRecord {
+            start_s,
+            cc: String::new(),
+            bytes: 0,
+            goodput_bps: 0.0,
+            retransmits: 0,
+            series: series.to_vec(),
+        }
+    }
+
+    /// Two flows share a 1000 B/s link; the second's data came 0.1 s late, so the first ran
+    /// alone for 0.1 s. Summing each flow's own first two seconds over two seconds would read
+    /// 1025 B/s, more than the link carries.
+    #[test]
+    fn flows_that_start_apart_are_summed_on_one_clock() {
+        let a = flow(0.0, &[(1.0, 550), (2.0, 500), (3.0, 500), (3.1, 50)]);
+        let b = flow(0.1, &[(1.1, 500), (2.1, 500), (3.1, 500), (3.2, 50)]);
+        let (bytes, to) = all_between(&[a, b], 0.0).unwrap();
+        // Up to the end of the first flow's last whole interval (3.0); b's third interval
+        // counts for 0.9 of its second.
+        assert!((to - 3.0).abs() < 1e-9, "{to}");
+        let rate = bytes / to;
+        assert!(rate <= 1000.0 + 1e-6, "{rate} B/s on a 1000 B/s link");
+        assert!(rate > 990.0, "{rate}");
+    }
+
+    #[test]
+    fn nothing_measured_after_the_warm_up_is_no_span() {
+        let a = flow(0.0, &[(1.0, 500), (2.0, 500)]);
+        assert!(all_between(std::slice::from_ref(&a), 1.0).is_none());
+        assert!(all_between(&[flow(0.0, &[(1.0, 5)])], 0.0).is_none());
+        let (bytes, to) = all_between(&[a], 0.5).unwrap();
+        assert_eq!((bytes, to), (250.0, 1.0));
+    }
+}
