@@ -126,22 +126,41 @@ fn legs_of(cfg: &ProxyConfig) -> (Leg, Leg) {
     }
 }
 
-/// Replaces satpep's pinned congestion controls of another build by this build's, so that
-/// an upgraded proxy runs its own (a name already registered is used as it is).
-fn refresh_pinned() {
-    for b in satpep_cc::BUNDLED {
-        match satpep_cc::refresh(b.name, &satpep_cc::Options::default()) {
+/// Replaces the pinned congestion controls of another satpep build that this configuration
+/// uses by this build's, so that an upgraded proxy runs its own (a name already registered
+/// is used as it is). Controllers it does not use are left as they are: an operator may have
+/// pinned them with options of their own.
+fn refresh_pinned(cfg: &ProxyConfig) {
+    for name in bundled_in_use(cfg) {
+        match satpep_cc::refresh(name, &satpep_cc::Options::default()) {
             Ok(satpep_cc::Refresh::Replaced) => warn!(
-                congestion = b.name,
+                congestion = name,
                 "replaced the pinned controller of another satpep build by this build's \
                  (load options back to their defaults: satpep cc load --pin sets them)"
             ),
             Ok(_) => {}
             Err(e) => {
-                warn!(congestion = b.name, error = %e, "pinned controller of another build kept")
+                warn!(congestion = name, error = %e, "pinned controller of another build kept")
             }
         }
     }
+}
+
+/// satpep's own controllers this configuration may select: the legs', the adaptive
+/// policy's, and the split default when the satellite leg names none.
+fn bundled_in_use(cfg: &ProxyConfig) -> Vec<&'static str> {
+    let mut used: Vec<String> = crate::preflight::wanted_congestion(cfg)
+        .into_iter()
+        .map(|(cc, _)| cc)
+        .collect();
+    if cfg.satellite.congestion.is_none() && cfg.tunnel.is_none() {
+        used.push(satpep_cc::SPLIT_DEFAULT.into());
+    }
+    satpep_cc::BUNDLED
+        .iter()
+        .map(|b| b.name)
+        .filter(|n| used.iter().any(|u| u == n))
+        .collect()
 }
 
 /// What can fail before anything is installed: Fast Open, the congestion controls the
@@ -149,7 +168,7 @@ fn refresh_pinned() {
 /// live, unless something else such as `satpep cc load --pin` already registered them) and
 /// the adaptive policy's. Each error names the config key that asked.
 fn check_and_load(cfg: &mut ProxyConfig) -> Result<Vec<satpep_cc::Loaded>, String> {
-    refresh_pinned();
+    refresh_pinned(cfg);
     let default_cc = default_satellite_congestion(cfg);
     if let Some(e) = crate::preflight::fastopen_refusals(cfg).into_iter().next() {
         return Err(e);
@@ -996,4 +1015,32 @@ async fn handle_tunnel(
     crate::tunnel::relay_terminal(&mut client, flow, src, dst, &reg, &conn).await;
     // Before the socket closes (at the end of this function).
     reg.remove(&conn);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ProxyFile;
+
+    fn in_use(t: &str) -> Vec<&'static str> {
+        bundled_in_use(&ProxyFile::parse(t).unwrap().resolve().unwrap())
+    }
+
+    /// A start refreshes only what it may select: another pinned controller may carry an
+    /// operator's options, which a refresh would put back to their defaults.
+    #[test]
+    fn only_the_controllers_a_configuration_uses_are_refreshed() {
+        assert_eq!(in_use(""), vec![satpep_cc::SPLIT_DEFAULT]);
+        assert_eq!(
+            in_use("[satellite]\ncongestion='satpep_hybla'\n"),
+            vec!["satpep_hybla"]
+        );
+        assert!(in_use("[satellite]\ncongestion='cubic'\n").is_empty());
+        let tunnel = "[tunnel]\nrole='terminal'\npeer='198.18.2.2:7701'\nca='ca.pem'\ncert='t.pem'\nkey='t.key'\n";
+        assert!(in_use(tunnel).is_empty(), "{:?}", in_use(tunnel));
+        let adaptive = in_use("[satellite]\ncongestion='adaptive'\n[adaptive]\n");
+        assert!(!adaptive.is_empty());
+        assert!(adaptive.len() < satpep_cc::BUNDLED.len(), "{adaptive:?}");
+        assert!(!adaptive.contains(&"satpep_hstcp"), "{adaptive:?}");
+    }
 }
