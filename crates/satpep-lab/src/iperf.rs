@@ -205,7 +205,7 @@ pub(crate) fn spawn_client_after(
 
 /// Runs an iperf3 client in `host`, retrying while the server is not listening yet, and calls
 /// `tick(elapsed)` about once a second while it runs.
-fn client(
+pub(crate) fn client(
     lab: &Lab,
     host: Host,
     args: &[String],

@@ -7,7 +7,6 @@ pub mod sys;
 pub mod topology;
 
 pub use topology::{Host, Lab, UpOptions};
-pub mod accuracy;
 pub mod checked;
 pub mod faults;
 pub mod http;

@@ -13,12 +13,12 @@ pub struct Sink {
 }
 
 impl Sink {
-    /// Counts and drops UDP datagrams to `port` longer than 1000 bytes arriving on `host`'s
-    /// `to-link` interface (short ones, such as iperf3's handshake, pass).
+    /// Counts and drops UDP datagrams to `port` longer than 100 bytes arriving on `host`'s
+    /// `to-link` interface (short ones, such as iperf3's few-byte handshake, pass).
     pub fn install(lab: &Lab, host: Host, port: u16) -> Result<Sink, String> {
         let ns = lab.ns(host);
         let rules = format!(
-            "table netdev {TABLE} {{\n counter sink {{}}\n chain ingress {{ type filter hook ingress device \"to-link\" priority -500; udp dport {port} udp length > 1000 counter name sink drop; }}\n}}\n"
+            "table netdev {TABLE} {{\n counter sink {{}}\n chain ingress {{ type filter hook ingress device \"to-link\" priority -500; udp dport {port} udp length > 100 counter name sink drop; }}\n}}\n"
         );
         let path = std::env::temp_dir().join(format!("satpep-sink-{}.nft", std::process::id()));
         std::fs::write(&path, rules).map_err(|e| e.to_string())?;

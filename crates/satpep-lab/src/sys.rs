@@ -83,14 +83,20 @@ pub fn require_root() -> Result<(), String> {
 
 /// CPU time (user + system) a process has used, seconds (0 if it is gone).
 pub fn cpu_seconds(pid: u32) -> f64 {
+    let (user, system) = cpu_user_system(pid);
+    user + system
+}
+
+/// (user, system) CPU seconds process `pid` has used; zeros if it is gone.
+pub fn cpu_user_system(pid: u32) -> (f64, f64) {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
+        return (0.0, 0.0);
     };
     // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (get(11) / hz, get(12) / hz)
 }

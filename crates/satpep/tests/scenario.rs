@@ -66,6 +66,11 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[traffic]\ncompeting_after = \"1s\"\n", "traffic.competing_after '1s': needs competing = true"),
         ("[traffic]\ncompeting = true\ncompeting_after = \"2s\"\n", "traffic.competing_after '2s': with the"),
         ("[traffic]\ncompeting = true\ncompeting_after = \"soon\"\n", "traffic: competing_after"),
+        ("[traffic]\nkind = \"udp\"\nload = 3.0\n", "traffic.load = 3: a share"),
+        ("[traffic]\nkind = \"udp\"\nflows = 2\n", "traffic: flows: unknown field"),
+        ("[[part]]\nname = \"b\"\nbridge = true\ntraffic = { kind = \"udp\" }\n", "not with bridge = true"),
+        ("[traffic]\nkind = \"ping\"\nsize = 2\n", "traffic.size = 2"),
+        ("[traffic]\nkind = \"ping\"\ninterval = \"1us\"\n", "traffic.interval '1us'"),
     ];
     for (extra, want) in cases {
         let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);
@@ -164,9 +169,14 @@ fn runs_in(out: &Path) -> Vec<String> {
     v
 }
 
+/// Tests that run a lab through `satpep lab run` (namespaces `sp-sc-*`) one at a time: the
+/// interrupt test counts those namespaces.
+static LAB_RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
     require_root();
+    let _one = LAB_RUNS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tmpdir("small");
     let out = dir.join("out");
     let f = dir.join("s.toml");
@@ -494,4 +504,98 @@ fn host_settings_are_applied_and_undone() {
     // The lab still carries traffic.
     let (seqs, out) = common::ping_seqs(&lab, &["-n", "-c", "2", "-i", "0.2", "198.18.3.2"]);
     assert_eq!(seqs.len(), 2, "{out}");
+}
+
+/// The link measured from outside (the link-accuracy preset's kinds, CI-sized): udp's
+/// delivered rate and loss, ping's RTT, against the link's configuration.
+const LINK_CHECK: &str = r#"
+name = "link-check"
+duration = "6s"
+warmup = "1s"
+[link]
+both = { rate = "20Mbit", delay = "25ms" }
+
+[[part]]
+name = "rate"
+traffic = { kind = "udp" }
+[[part.config]]
+name = "forward"
+[[part.config]]
+name = "return"
+traffic = { kind = "udp", direction = "upload" }
+
+[[part]]
+name = "loss"
+link = { forward = { ber = 1e-5 } }
+traffic = { kind = "udp", load = 0.5 }
+
+[[part]]
+name = "ping"
+traffic = { kind = "ping", count = 40, interval = "20ms" }
+
+[[part]]
+name = "bridge"
+bridge = true
+traffic = { kind = "ping", count = 20, interval = "20ms" }
+"#;
+
+#[test]
+fn the_udp_and_ping_kinds_measure_the_link_against_its_configuration() {
+    require_root();
+    let _one = LAB_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tmpdir("link-check");
+    let (ok, out, err) = run_text(&dir, LINK_CHECK, &["--json"]);
+    assert!(ok, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+    let cells = j["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 5);
+    for c in cells {
+        assert_eq!(c["failures"], 0, "{c}");
+    }
+    // Both directions deliver their configured rate, to a small fraction of a per cent.
+    for c in &cells[..2] {
+        let e = c["link_check"]["rate_error_pct"]["mean"].as_f64().unwrap();
+        assert!(e.abs() < 0.5, "rate error {e} %: {c}");
+        let g = c["metric"]["mean"].as_f64().unwrap();
+        assert!((g / 20e6 - 1.0).abs() < 0.005, "delivered {g}");
+    }
+    // At half the rate only the loss model drops: BER 1e-5 on 1514-byte frames, 11.4 %.
+    let l = &cells[2]["link_check"];
+    let (lost, want) = (
+        l["loss_pct"].as_f64().unwrap(),
+        l["loss_expected_pct"].as_f64().unwrap(),
+    );
+    assert!((want - 11.4).abs() < 0.1, "expected {want} %");
+    let (lo, hi) = (
+        l["loss_interval_pct"][0].as_f64().unwrap(),
+        l["loss_interval_pct"][1].as_f64().unwrap(),
+    );
+    // The 99 % interval, widened by half: a correct emulator fails this far less than once in
+    // a thousand runs; one dropping twice or half as much fails always.
+    let half = (hi - lo) / 2.0 * 1.5;
+    assert!(
+        (lost - want).abs() < half,
+        "lost {lost} %, expected {want} ± {half}"
+    );
+    assert!(l["datagrams"].as_u64().unwrap() > 3000, "{l}");
+    // ping: both delays and two 98-byte frames at 20 Mbit/s, plus what the hosts add.
+    let p = &cells[3]["link_check"];
+    let expected = p["ping_expected_ms"].as_f64().unwrap();
+    assert!((expected - (50.0 + 2.0 * 98.0 * 8.0 / 20e6 * 1e3)).abs() < 1e-9);
+    let avg = p["ping_avg_ms"]["mean"].as_f64().unwrap();
+    assert!(avg > expected && avg < expected + 2.0, "avg {avg} ms");
+    assert_eq!(cells[3]["metric"]["n"], 40);
+    // Through a kernel bridge nothing is expected, and the RTT is the hosts' alone.
+    let b = &cells[4]["link_check"];
+    assert!(b["ping_expected_ms"].is_null(), "{b}");
+    assert!(b["ping_avg_ms"]["mean"].as_f64().unwrap() < 5.0, "{b}");
+    let report = std::fs::read_to_string(dir.join("out").join("report.md")).unwrap();
+    for heading in [
+        "UDP: delivered frame rate",
+        "UDP: datagrams lost",
+        "ping: RTT min",
+    ] {
+        assert!(report.contains(heading), "the report lacks '{heading}'");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

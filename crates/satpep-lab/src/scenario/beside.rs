@@ -358,8 +358,14 @@ pub fn parse_ping(text: &str) -> (u32, u32, Vec<(f64, f64)>) {
 /// The path's base RTT at emulator uptime `t` s, ms: both directions' propagation delay at
 /// that moment plus a probe frame's serialization each way.
 pub fn base_rtt_ms(cfg: &satpep_link::config::LinkConfig, t: f64) -> f64 {
+    echo_rtt_ms(cfg, t, PROBE_FRAME)
+}
+
+/// The RTT of an echo of `frame`-byte frames (request and reply alike) across an empty
+/// link at `t` s of its clock: both delays plus each frame's serialization, ms.
+pub fn echo_rtt_ms(cfg: &satpep_link::config::LinkConfig, t: f64, frame: f64) -> f64 {
     let ns = t * 1e9;
-    let ser = |d: &satpep_link::config::DirectionConfig| PROBE_FRAME * 8.0 / d.rate.max_bps() * 1e3;
+    let ser = |d: &satpep_link::config::DirectionConfig| frame * 8.0 / d.rate.max_bps() * 1e3;
     (cfg.ret.delay.at(ns) + cfg.forward.delay.at(ns)) / 1e6 + ser(&cfg.ret) + ser(&cfg.forward)
 }
 

@@ -84,6 +84,88 @@ pub struct CellResult {
     pub link_fwd_per_byte: Summary,
     /// Bytes the emulator delivered on the return link per payload byte, per run.
     pub link_ret_per_byte: Summary,
+    /// udp and ping cells: how exact the emulated link was.
+    pub link_check: LinkCheck,
+}
+
+/// What the udp and ping kinds measured of the link itself, over a cell's runs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LinkCheck {
+    /// udp: (delivered − configured) / configured frame rate per run, %.
+    pub rate_error_pct: Summary,
+    /// udp: datagrams lost (all causes), every run's pooled, %; NaN without udp runs.
+    pub loss_pct: f64,
+    /// udp: the loss model's expected loss for these frames, % (NaN without udp runs).
+    pub loss_expected_pct: f64,
+    /// udp: the 99 % binomial interval around the expected loss for the datagrams sent, %.
+    pub loss_interval_pct: (f64, f64),
+    /// udp: datagrams sent, all runs.
+    pub datagrams: u64,
+    /// udp: the emulator's user CPU time per second of the measured window, % of a core.
+    pub cpu_user_pct: Summary,
+    /// udp: its system CPU time likewise (the receiving stacks' share included), %.
+    pub cpu_sys_pct: Summary,
+    /// The emulator's release lateness p99 (worse direction, since it started) per run, ms.
+    pub late_p99_ms: Summary,
+    /// ping: smallest RTT per run (ping's summary), ms.
+    pub ping_min_ms: Summary,
+    /// ping: mean RTT per run, ms.
+    pub ping_avg_ms: Summary,
+    /// ping: largest RTT per run, ms.
+    pub ping_max_ms: Summary,
+    /// ping: what the link should give an echo, ms (NaN on a bridge or without ping runs).
+    pub ping_expected_ms: f64,
+}
+
+impl LinkCheck {
+    fn of(runs: &[&RunRecord]) -> LinkCheck {
+        let udp: Vec<&crate::scenario::kinds::udp::UdpRecord> =
+            runs.iter().filter_map(|r| r.udp.as_ref()).collect();
+        let ping: Vec<&crate::scenario::kinds::ping::PingRecord> =
+            runs.iter().filter_map(|r| r.ping.as_ref()).collect();
+        let of = |v: Vec<f64>| Summary::of(&v);
+        let sent: u64 = udp.iter().map(|u| u.sent).sum();
+        let delivered: u64 = udp.iter().map(|u| u.delivered).sum();
+        let expected = udp.first().map_or(f64::NAN, |u| u.expected_loss);
+        let (lo, hi) = crate::scenario::kinds::udp::loss_interval99(expected, sent);
+        LinkCheck {
+            rate_error_pct: of(runs
+                .iter()
+                .filter(|r| r.udp.is_some())
+                .filter_map(|r| Some((r.utilization? - 1.0) * 100.0))
+                .collect()),
+            loss_pct: match sent {
+                0 => f64::NAN,
+                n => n.saturating_sub(delivered) as f64 / n as f64 * 100.0,
+            },
+            loss_expected_pct: expected * 100.0,
+            loss_interval_pct: (lo * 100.0, hi * 100.0),
+            datagrams: sent,
+            cpu_user_pct: of(udp.iter().map(|u| u.emulator_cpu_user * 100.0).collect()),
+            cpu_sys_pct: of(udp.iter().map(|u| u.emulator_cpu_sys * 100.0).collect()),
+            late_p99_ms: of(runs
+                .iter()
+                .filter(|r| r.udp.is_some() || r.ping.is_some())
+                .filter_map(|r| r.late_p99_ms)
+                .collect()),
+            ping_min_ms: of(ping
+                .iter()
+                .map(|p| p.min_ms)
+                .filter(|v| v.is_finite())
+                .collect()),
+            ping_avg_ms: of(ping
+                .iter()
+                .map(|p| p.avg_ms)
+                .filter(|v| v.is_finite())
+                .collect()),
+            ping_max_ms: of(ping
+                .iter()
+                .map(|p| p.max_ms)
+                .filter(|v| v.is_finite())
+                .collect()),
+            ping_expected_ms: ping.iter().find_map(|p| p.expected_ms).unwrap_or(f64::NAN),
+        }
+    }
 }
 
 /// Link bytes (`link` of each run) per payload byte, over the runs that delivered payload.
@@ -216,6 +298,7 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 ),
                 link_fwd_per_byte: per_payload_byte(&mine, |r| r.link.fwd_bytes),
                 link_ret_per_byte: per_payload_byte(&mine, |r| r.link.ret_bytes),
+                link_check: LinkCheck::of(&mine),
             }
         })
         .collect()
@@ -355,7 +438,7 @@ fn unit(metric: Metric, results: &[CellResult]) -> (&'static str, f64) {
             }
         }
         Metric::Time => ("s", 1.0),
-        Metric::Latency => ("ms", 1e-3),
+        Metric::Latency | Metric::Rtt => ("ms", 1e-3),
     }
 }
 
@@ -840,6 +923,7 @@ fn part_tables(
             }),
         ));
     }
+    link_check_tables(part, res, &mut tables);
     if res.iter().any(|r| r.link_fwd_per_byte.n > 0) {
         tables.push((
             "link bytes delivered per payload byte, forward / return (whole frames: headers, acknowledgements, repairs)".into(),
@@ -853,6 +937,79 @@ fn part_tables(
         ));
     }
     tables
+}
+
+/// The udp and ping kinds' tables: the link measured against its configuration.
+fn link_check_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)>) {
+    let fixed = |s: &Summary, decimals: usize, sign: bool| match (s.n, sign) {
+        (0, _) => "–".to_string(),
+        (1, true) => format!("{:+.*}", decimals, s.mean),
+        (1, false) => format!("{:.*}", decimals, s.mean),
+        (_, true) => format!("{:+.*} ± {:.*}", decimals, s.mean, decimals, s.ci95),
+        (_, false) => format!("{:.*} ± {:.*}", decimals, s.mean, decimals, s.ci95),
+    };
+    if res.iter().any(|r| r.link_check.rate_error_pct.n > 0) {
+        tables.push((
+            "UDP: delivered frame rate against the configured rate (%), counted as frames leave \
+             the emulator, from the warm-up to as long before the end"
+                .into(),
+            grid(part, res, &|r| fixed(&r.link_check.rate_error_pct, 3, true)),
+        ));
+        tables.push((
+            "UDP: datagrams lost (%, all causes, runs pooled) / the loss model's expectation \
+             [99 % binomial interval for the datagrams sent]"
+                .into(),
+            grid(part, res, &|r| {
+                let c = &r.link_check;
+                if c.datagrams == 0 {
+                    return "–".into();
+                }
+                format!(
+                    "{:.3} / {:.3} [{:.3}, {:.3}]",
+                    c.loss_pct, c.loss_expected_pct, c.loss_interval_pct.0, c.loss_interval_pct.1
+                )
+            }),
+        ));
+        tables.push((
+            "the emulator's CPU over the UDP window: user / system, % of one core (system time \
+             includes the receiving namespaces' stacks, which run inside its send calls)"
+                .into(),
+            grid(part, res, &|r| {
+                let c = &r.link_check;
+                format!(
+                    "{} / {}",
+                    fixed(&c.cpu_user_pct, 0, false),
+                    fixed(&c.cpu_sys_pct, 0, false)
+                )
+            }),
+        ));
+    }
+    if res.iter().any(|r| r.link_check.ping_avg_ms.n > 0) {
+        tables.push((
+            "ping: RTT min / avg / max (ping's own summary, ms; the mean over the runs) / \
+             expected (both delays plus each frame's serialization)"
+                .into(),
+            grid(part, res, &|r| {
+                let c = &r.link_check;
+                let e = match c.ping_expected_ms.is_finite() {
+                    true => format!("{:.3}", c.ping_expected_ms),
+                    false => "–".into(),
+                };
+                format!(
+                    "{:.3} / {:.3} / {:.3} / {e}",
+                    c.ping_min_ms.mean, c.ping_avg_ms.mean, c.ping_max_ms.mean
+                )
+            }),
+        ));
+    }
+    if res.iter().any(|r| r.link_check.late_p99_ms.n > 0) {
+        tables.push((
+            "the emulator's release lateness p99 (ms after a frame's scheduled time, worse \
+             direction)"
+                .into(),
+            grid(part, res, &|r| fixed(&r.link_check.late_p99_ms, 3, false)),
+        ));
+    }
 }
 
 /// Writes every output file into `out` and returns the Markdown report.
@@ -923,7 +1080,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
     let split = |cell: usize, v: Option<f64>| -> (String, String) {
         match sc.metric(sc.cells[cell].part) {
             Metric::Goodput => (opt(v), String::new()),
-            Metric::Time | Metric::Latency => (String::new(), opt(v)),
+            Metric::Time | Metric::Latency | Metric::Rtt => (String::new(), opt(v)),
         }
     };
     let mut runs_csv = String::from("cell,part,config,point,repetition,seed,metric,goodput_bps,time_s,utilization_frac,jain_index,leg_retransmits_segments,leg_cc,failures,errors\n");
@@ -948,7 +1105,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             r.errors.join("; ").replace('"', "'")
         );
     }
-    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,link_fwd_bytes_per_payload_byte,link_ret_bytes_per_payload_byte,failures,reference_bps,reference_s\n");
+    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,link_fwd_bytes_per_payload_byte,link_ret_bytes_per_payload_byte,udp_rate_error_pct,udp_lost_pct,udp_lost_expected_pct,emulator_cpu_user_pct,emulator_cpu_sys_pct,emulator_late_p99_ms,ping_min_ms,ping_avg_ms,ping_max_ms,ping_expected_ms,failures,reference_bps,reference_s\n");
     let m = |s: &Summary| opt(Some(s.mean));
     for r in res {
         let (gm, tm) = split(r.cell, Some(r.metric.mean));
@@ -961,7 +1118,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
         };
         let _ = writeln!(
             summary,
-            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs}",
+            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs}",
             r.cell,
             sc.parts[r.part].name,
             r.config,
@@ -986,6 +1143,16 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             m(&r.proxy_cpu_s_per_gb),
             m(&r.link_fwd_per_byte),
             m(&r.link_ret_per_byte),
+            m(&r.link_check.rate_error_pct),
+            opt(Some(r.link_check.loss_pct)),
+            opt(Some(r.link_check.loss_expected_pct)),
+            m(&r.link_check.cpu_user_pct),
+            m(&r.link_check.cpu_sys_pct),
+            m(&r.link_check.late_p99_ms),
+            m(&r.link_check.ping_min_ms),
+            m(&r.link_check.ping_avg_ms),
+            m(&r.link_check.ping_max_ms),
+            opt(Some(r.link_check.ping_expected_ms)),
             r.failures,
         );
     }
@@ -1640,6 +1807,9 @@ mod tests {
             proxies: 0,
             wall_s: 0.0,
             payload_bytes: None,
+            udp: None,
+            ping: None,
+            late_p99_ms: None,
         }
     }
 

@@ -264,6 +264,10 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                     Some(u) => format!("{} ({:.1} % of limit)", fmt_rate(g), u * 100.0),
                     None => fmt_rate(g),
                 },
+                (Some(_), super::spec::Metric::Rtt) => {
+                    let s = super::stats::Summary::of(&rec.samples);
+                    format!("{:.3} ms", s.mean * 1e3)
+                }
                 (Some(_), _) => {
                     let s = super::stats::Summary::of(&rec.samples);
                     format!("{:.3} s", s.mean)

@@ -456,6 +456,8 @@ pub enum Metric {
     Time,
     /// Seconds per request/response (interactive).
     Latency,
+    /// Seconds per echo (ping).
+    Rtt,
 }
 
 impl Metric {
@@ -465,6 +467,7 @@ impl Metric {
             Metric::Goodput => "goodput",
             Metric::Time => "completion time",
             Metric::Latency => "response time",
+            Metric::Rtt => "round-trip time",
         }
     }
 }

@@ -125,6 +125,16 @@ pub struct RunRecord {
     /// still in flight and queued when it ended.)
     #[serde(default)]
     pub payload_bytes: Option<u64>,
+    /// udp: what the run measured beside its delivered rate.
+    #[serde(default)]
+    pub udp: Option<super::kinds::udp::UdpRecord>,
+    /// ping: ping's own summary, and what the link should give.
+    #[serde(default)]
+    pub ping: Option<super::kinds::ping::PingRecord>,
+    /// The emulator's release lateness since it started, p99 in the worse direction, ms:
+    /// how long after its scheduled time a frame was written (absent on a kernel bridge).
+    #[serde(default)]
+    pub late_p99_ms: Option<f64>,
 }
 
 /// Jain's fairness index of `x`: 1 when all are equal, 1/n when one takes everything.
@@ -406,6 +416,9 @@ pub fn run_once(
         proxies: 0,
         wall_s: 0.0,
         payload_bytes: None,
+        udp: None,
+        ping: None,
+        late_p99_ms: None,
     };
     let pids = lab.state().proxy_pids.clone();
     let cpu0: f64 = pids.iter().map(|&p| crate::sys::cpu_seconds(p)).sum();
@@ -448,6 +461,7 @@ pub fn run_once(
     res?;
     if let (Some(b), Ok(a)) = (before, lab.link_stats()) {
         rec.link = link_delta(&b, &a);
+        rec.late_p99_ms = Some(a.forward.late_p99_ms.max(a.ret.late_p99_ms));
     }
     Ok(rec)
 }

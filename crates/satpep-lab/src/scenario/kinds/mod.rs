@@ -113,6 +113,8 @@ kinds! {
     Http => http,
     Page => page,
     Interactive => interactive,
+    Udp => udp,
+    Ping => ping,
 }
 
 impl Default for Traffic {
