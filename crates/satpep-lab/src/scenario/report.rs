@@ -91,7 +91,7 @@ pub struct CellResult {
 /// What the udp and ping kinds measured of the link itself, over a cell's runs.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LinkCheck {
-    /// udp: (delivered − configured) / configured frame rate per run, %.
+    /// udp with load ≥ 1: (delivered − configured) / configured frame rate per run, %.
     pub rate_error_pct: Summary,
     /// udp: datagrams lost (all causes), every run's pooled, %; NaN without udp runs.
     pub loss_pct: f64,
@@ -129,9 +129,10 @@ impl LinkCheck {
         let expected = udp.first().map_or(f64::NAN, |u| u.expected_loss);
         let (lo, hi) = crate::scenario::kinds::udp::loss_interval99(expected, sent);
         LinkCheck {
+            // Only a link kept busy delivers its configured rate.
             rate_error_pct: of(runs
                 .iter()
-                .filter(|r| r.udp.is_some())
+                .filter(|r| r.udp.as_ref().is_some_and(|u| u.load >= 1.0))
                 .filter_map(|r| Some((r.utilization? - 1.0) * 100.0))
                 .collect()),
             loss_pct: match sent {

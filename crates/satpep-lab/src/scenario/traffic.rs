@@ -425,7 +425,8 @@ pub fn run_once(
     let t0 = Instant::now();
     let before = lab.link_stats().ok();
     let kind = spec.traffic.kind();
-    let sampler = sample_sockets(lab, leg_sender(spec, kind.downloads()), kind.ports());
+    let sampler = (!kind.ports().is_empty())
+        .then(|| sample_sockets(lab, leg_sender(spec, kind.downloads()), kind.ports()));
     // The tunnel's sending end: the gateway for downloads, the terminal for uploads.
     let tunnel = (spec.pep.mode == super::spec::PepMode::Tunnel).then(|| {
         let host = if kind.downloads() {
@@ -436,9 +437,10 @@ pub fn run_once(
         sample_tunnel(lab, host)
     });
     let res = kind.run(lab, spec, &mut rec, limit_bps, tick);
-    match sampler.finish() {
-        Ok(s) => rec.sockets = s,
-        Err(e) => rec.errors.push(format!("socket sampler: {e}")),
+    match sampler.map(Poll::finish) {
+        Some(Ok(s)) => rec.sockets = s,
+        Some(Err(e)) => rec.errors.push(format!("socket sampler: {e}")),
+        None => {}
     }
     match tunnel.map(Poll::finish) {
         Some(Ok(t)) => rec.tunnel = t,

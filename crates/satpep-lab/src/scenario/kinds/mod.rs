@@ -16,7 +16,7 @@ pub trait Kind {
     /// names the key (without the `traffic.` prefix).
     fn check(&self, cell: &CellSpec) -> Result<(), String>;
     /// Server ports of its TCP connections (whose senders' sockets are sampled); by
-    /// default HTTP's, which the lab's nginx serves.
+    /// default HTTP's, which the lab's nginx serves. Empty: no TCP, nothing is sampled.
     fn ports(&self) -> Range<u16> {
         80..81
     }

@@ -63,6 +63,11 @@ impl Kind for Ping {
         Metric::Rtt
     }
 
+    fn ports(&self) -> std::ops::Range<u16> {
+        // No TCP to sample.
+        0..0
+    }
+
     fn check(&self, _cell: &CellSpec) -> Result<(), String> {
         super::check_count("count", self.count, 1, 100_000)?;
         if self.interval.secs() < 0.002 {

@@ -48,6 +48,9 @@ fn overdrive() -> f64 {
 pub struct UdpRecord {
     /// The direction's configured rate, bit/s (frames).
     pub configured_bps: f64,
+    /// The frame rate sent, as a share of the configured rate.
+    #[serde(default)]
+    pub load: f64,
     /// Datagram payload, bytes.
     pub len: u32,
     /// Datagrams iperf3 sent.
@@ -112,7 +115,9 @@ impl Kind for Udp {
     }
 
     fn ports(&self) -> Range<u16> {
-        PORT..PORT + 1
+        // No TCP sender to sample: the sampler's `ss` every half second would only take CPU
+        // from the emulator at 1 Gbit/s.
+        PORT..PORT
     }
 
     fn downloads(&self) -> bool {
@@ -252,6 +257,7 @@ impl Udp {
         rec.utilization = Some(measured / rate);
         rec.udp = Some(UdpRecord {
             configured_bps: rate,
+            load: self.load,
             len,
             sent,
             delivered,
