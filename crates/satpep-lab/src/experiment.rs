@@ -1,6 +1,6 @@
 //! `satpep lab run`: scenarios (a TOML file or a built-in preset such as `demo`, run by
-//! [`crate::scenario`]) and the built-in benchmarks that are not scenarios yet (the fault
-//! matrix, many connections).
+//! [`crate::scenario`]) and the built-in benchmark that is not a scenario yet (the fault
+//! matrix).
 
 use crate::scenario::{self, presets, RunOptions, Scenario};
 use clap::Args;
@@ -10,9 +10,9 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// A scenario file (FILE.toml), a preset (demo, field, tunnel, cc-sweep, relay-overhead,
-    /// link-accuracy, lawson2006, bharadwaj1999, urke2011, shao2002, vanzara2017; `--list`
-    /// describes them) or a benchmark: `faults` (the fault matrix; ~13 min, --quick ~70 s)
-    /// or `load` (10 000 concurrent connections; --quick 1 000).
+    /// link-accuracy, load, lawson2006, bharadwaj1999, urke2011, shao2002, vanzara2017;
+    /// `--list` describes them) or the benchmark `faults` (the fault matrix; ~13 min,
+    /// --quick ~70 s).
     #[arg(required_unless_present = "list")]
     pub experiment: Option<String>,
     /// List the presets and benchmarks and exit.
@@ -41,8 +41,7 @@ pub struct RunArgs {
     pub fresh: bool,
 }
 
-const BENCHMARKS: [(&str, &str); 2] = [
-    ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~10 min, --quick 1 000)"),
+const BENCHMARKS: [(&str, &str); 1] = [
     ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~13 min, --quick ~70 s)"),
 ];
 
@@ -95,7 +94,6 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     let Some(sc) = scenario else {
         return match what.as_str() {
             "faults" => crate::faults::run(&args),
-            "load" => crate::load_bench::run(&args),
             other => Err(format!("no benchmark named '{other}'")),
         };
     };

@@ -10,7 +10,6 @@ pub use topology::{Host, Lab, UpOptions};
 pub mod checked;
 pub mod faults;
 pub mod http;
-pub mod load_bench;
 pub mod progress;
 pub mod scenario;
 pub mod sink;

@@ -227,6 +227,8 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
         }
         LabSub::Run(args) => satpep_lab::experiment::run(args),
         LabSub::FaultServer { port, seed } => satpep_lab::faults::fault_server(port, seed),
-        LabSub::LoadServer { port, count } => satpep_lab::load_bench::load_server(port, count),
+        LabSub::LoadServer { port, count } => {
+            satpep_lab::scenario::kinds::connections::load_server(port, count)
+        }
     }
 }

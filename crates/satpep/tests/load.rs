@@ -1,6 +1,6 @@
-//! The load benchmark, small: 1 000 concurrent connections end to end, split and tunnelled,
+//! The load preset, small: 1 000 concurrent connections end to end, split and tunnelled,
 //! every one echoed and carrying 16 KB intact, and the proxies' descriptors back to where
-//! they started once they close.
+//! they started once they close; run through the one experiment engine.
 
 mod common;
 use common::*;
@@ -8,22 +8,35 @@ use common::*;
 #[test]
 fn a_thousand_concurrent_connections_work_and_are_released() {
     require_root();
+    let out_dir = std::env::temp_dir().join(format!("satpep-load-{}", std::process::id()));
     let out = satpep()
-        .args(["lab", "run", "load", "--quick", "--json"])
+        .args([
+            "lab", "run", "load", "--quick", "--json", "--fresh", "--out",
+        ])
+        .arg(&out_dir)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "load benchmark failed:\n{err}");
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rows = rows.as_array().unwrap();
-    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert!(out.status.success(), "load preset failed:\n{err}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cells = j["cells"].as_array().unwrap();
+    let modes: Vec<&str> = cells
+        .iter()
+        .map(|c| c["config"].as_str().unwrap())
+        .collect();
     assert_eq!(modes, ["end-to-end", "split", "tunnel"]);
-    for r in rows {
-        let mode = r["mode"].as_str().unwrap();
+    for c in cells {
+        let mode = c["config"].as_str().unwrap();
+        assert_eq!(c["failures"], 0, "{mode}: {c}");
+        let r = &c["connections"];
         for k in ["connected", "accepted", "echoed", "busy_intact"] {
             assert_eq!(r[k], 1000, "{mode}: {k}: {r}");
         }
         assert!(r["drain_s"].as_f64().is_some(), "{mode}: not released: {r}");
+        // The main metric is the connection rate.
+        let rate = c["metric"]["mean"].as_f64().unwrap();
+        assert_eq!(rate, r["connects_per_s"].as_f64().unwrap());
+        assert!(rate > 10.0, "{mode}: {rate} connections/s");
         if mode != "end-to-end" {
             let fds = r["fds"].as_array().unwrap();
             // Each split connection holds one socket per leg in each proxy, a tunnel flow
@@ -40,4 +53,7 @@ fn a_thousand_concurrent_connections_work_and_are_released() {
             );
         }
     }
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(report.contains("the proxies' descriptors: start / all idle / after closing"));
+    let _ = std::fs::remove_dir_all(&out_dir);
 }

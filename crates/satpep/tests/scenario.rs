@@ -71,6 +71,9 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[[part]]\nname = \"b\"\nbridge = true\ntraffic = { kind = \"udp\" }\n", "not with bridge = true"),
         ("[traffic]\nkind = \"ping\"\nsize = 2\n", "traffic.size = 2"),
         ("[traffic]\nkind = \"ping\"\ninterval = \"1us\"\n", "traffic.interval '1us'"),
+        ("[traffic]\nkind = \"connections\"\ncount = 0\n", "traffic.count = 0"),
+        ("[pep]\nmax_connections = 5\n", "pep.max_connections: there is no proxy"),
+        ("[pep]\nmode = \"split\"\nmax_connections = 0\n", "pep.max_connections = 0"),
     ];
     for (extra, want) in cases {
         let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);

@@ -86,6 +86,8 @@ pub struct CellResult {
     pub link_ret_per_byte: Summary,
     /// udp and ping cells: how exact the emulated link was.
     pub link_check: LinkCheck,
+    /// connections cells: the first run's figures.
+    pub connections: Option<crate::scenario::kinds::connections::ConnectionsRecord>,
 }
 
 /// What the udp and ping kinds measured of the link itself, over a cell's runs.
@@ -300,6 +302,7 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 link_fwd_per_byte: per_payload_byte(&mine, |r| r.link.fwd_bytes),
                 link_ret_per_byte: per_payload_byte(&mine, |r| r.link.ret_bytes),
                 link_check: LinkCheck::of(&mine),
+                connections: mine.iter().find_map(|r| r.connections.clone()),
             }
         })
         .collect()
@@ -440,6 +443,7 @@ fn unit(metric: Metric, results: &[CellResult]) -> (&'static str, f64) {
         }
         Metric::Time => ("s", 1.0),
         Metric::Latency | Metric::Rtt => ("ms", 1e-3),
+        Metric::ConnectRate => ("/s", 1.0),
     }
 }
 
@@ -798,7 +802,7 @@ fn part_tables(
         format!("{} ({uname}), mean ± 95 % CI", metric.heading()),
         main,
     )];
-    if metric != Metric::Goodput {
+    if metric.is_distribution() {
         tables.push((
             format!(
                 "{} ({uname}), p50 / p95 / p99 of every sample of every run",
@@ -925,6 +929,7 @@ fn part_tables(
         ));
     }
     link_check_tables(part, res, &mut tables);
+    connections_tables(part, res, &mut tables);
     if res.iter().any(|r| r.link_fwd_per_byte.n > 0) {
         tables.push((
             "link bytes delivered per payload byte, forward / return (whole frames: headers, acknowledgements, repairs)".into(),
@@ -1013,6 +1018,77 @@ fn link_check_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String,
     }
 }
 
+/// The connections kind's tables, from each cell's first run (a load run is one long run).
+fn connections_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)>) {
+    if !res.iter().any(|r| r.connections.is_some()) {
+        return;
+    }
+    let mib = |b: u64| format!("{:.1}", b as f64 / (1 << 20) as f64);
+    let with = |f: &dyn Fn(&crate::scenario::kinds::connections::ConnectionsRecord) -> String| {
+        grid(part, res, &|r| r.connections.as_ref().map_or("–".into(), f))
+    };
+    let proxied = |c: &crate::scenario::kinds::connections::ConnectionsRecord| c.fds[1] > c.fds[0];
+    tables.push((
+        "connections opened / failed to open / accepted / echoed / 16 KB intact within 300 s"
+            .into(),
+        with(&|c| {
+            format!(
+                "{} / {} / {} / {} / {}",
+                c.connected, c.failed_connects, c.accepted, c.echoed, c.busy_intact
+            )
+        }),
+    ));
+    tables.push((
+        "the proxies' resident memory, MiB: start / all idle / busy peak / after closing".into(),
+        with(&|c| match proxied(c) {
+            true => format!(
+                "{} / {} / {} / {}",
+                mib(c.rss[0]),
+                mib(c.rss[1]),
+                mib(c.rss[2]),
+                mib(c.rss[3])
+            ),
+            false => "(no proxy)".into(),
+        }),
+    ));
+    tables.push((
+        "the proxies' resident memory per connection, KB: idle / busy".into(),
+        with(&|c| match proxied(c) {
+            true => format!(
+                "{:.1} / {:.1}",
+                c.rss_per_idle / 1024.0,
+                c.rss_per_busy / 1024.0
+            ),
+            false => "–".into(),
+        }),
+    ));
+    tables.push((
+        "the proxies' descriptors: start / all idle / after closing; seconds until back to the start"
+            .into(),
+        with(&|c| {
+            let back = c
+                .drain_s
+                .map_or("not within 60 s".into(), |d| format!("{d:.1} s"));
+            match proxied(c) {
+                true => format!("{} / {} / {}; {back}", c.fds[0], c.fds[1], c.fds[3]),
+                false => back,
+            }
+        }),
+    ));
+    tables.push((
+        "the kernel's TCP memory (every socket of the machine), MiB: idle / busy peak / after"
+            .into(),
+        with(&|c| {
+            format!(
+                "{} / {} / {}",
+                mib(c.tcp_mem[1]),
+                mib(c.tcp_mem[2]),
+                mib(c.tcp_mem[3])
+            )
+        }),
+    ));
+}
+
 /// Writes every output file into `out` and returns the Markdown report.
 pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String, String> {
     let res = summarize(sc, runs);
@@ -1082,15 +1158,21 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
         match sc.metric(sc.cells[cell].part) {
             Metric::Goodput => (opt(v), String::new()),
             Metric::Time | Metric::Latency | Metric::Rtt => (String::new(), opt(v)),
+            Metric::ConnectRate => (String::new(), String::new()),
         }
     };
-    let mut runs_csv = String::from("cell,part,config,point,repetition,seed,metric,goodput_bps,time_s,utilization_frac,jain_index,leg_retransmits_segments,leg_cc,failures,errors\n");
+    // The connections kind's rate, in a column of its own (last, so that others keep theirs).
+    let per_s = |cell: usize, v: f64| match sc.metric(sc.cells[cell].part) {
+        Metric::ConnectRate => opt(Some(v)),
+        _ => String::new(),
+    };
+    let mut runs_csv = String::from("cell,part,config,point,repetition,seed,metric,goodput_bps,time_s,utilization_frac,jain_index,leg_retransmits_segments,leg_cc,failures,errors,connects_per_s\n");
     for r in runs {
         let c = &sc.cells[r.cell];
         let (g, t) = split(r.cell, Some(Summary::of(&r.samples).mean));
         let _ = writeln!(
             runs_csv,
-            "{},{},{},\"{}\",{},{},{},{g},{t},{},{},{},{},{},\"{}\"",
+            "{},{},{},\"{}\",{},{},{},{g},{t},{},{},{},{},{},\"{}\",{}",
             r.cell,
             sc.parts[c.part].name,
             c.config,
@@ -1103,23 +1185,24 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             r.leg_retransmits,
             leg_cc(&c.spec, &r.sockets),
             r.failures,
-            r.errors.join("; ").replace('"', "'")
+            r.errors.join("; ").replace('"', "'"),
+            per_s(r.cell, Summary::of(&r.samples).mean)
         );
     }
-    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,link_fwd_bytes_per_payload_byte,link_ret_bytes_per_payload_byte,udp_rate_error_pct,udp_lost_pct,udp_lost_expected_pct,emulator_cpu_user_pct,emulator_cpu_sys_pct,emulator_late_p99_ms,ping_min_ms,ping_avg_ms,ping_max_ms,ping_expected_ms,failures,reference_bps,reference_s\n");
+    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,link_fwd_bytes_per_payload_byte,link_ret_bytes_per_payload_byte,udp_rate_error_pct,udp_lost_pct,udp_lost_expected_pct,emulator_cpu_user_pct,emulator_cpu_sys_pct,emulator_late_p99_ms,ping_min_ms,ping_avg_ms,ping_max_ms,ping_expected_ms,failures,reference_bps,reference_s,connects_per_s_mean\n");
     let m = |s: &Summary| opt(Some(s.mean));
     for r in res {
         let (gm, tm) = split(r.cell, Some(r.metric.mean));
         let (gs, ts) = split(r.cell, Some(r.metric.sd));
         let (gc, tc) = split(r.cell, Some(r.metric.ci95));
         let (rb, rs) = split(r.cell, r.reference);
-        let tp = |i: usize| match sc.metric(r.part) {
-            Metric::Goodput => String::new(),
-            _ => opt(Some(r.metric_pct[i])),
+        let tp = |i: usize| match sc.metric(r.part).is_distribution() {
+            false => String::new(),
+            true => opt(Some(r.metric_pct[i])),
         };
         let _ = writeln!(
             summary,
-            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs}",
+            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs},{}",
             r.cell,
             sc.parts[r.part].name,
             r.config,
@@ -1155,6 +1238,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             m(&r.link_check.ping_max_ms),
             opt(Some(r.link_check.ping_expected_ms)),
             r.failures,
+            per_s(r.cell, r.metric.mean),
         );
     }
     let mut series = String::from("cell,repetition,flow,cc,t_s,bytes\n");
@@ -1441,6 +1525,9 @@ fn distributions(
 ) -> Vec<(String, String, String)> {
     let part = &sc.parts[pi];
     let mut outv = Vec::new();
+    if !(metric == Metric::Goodput || metric.is_distribution()) {
+        return outv;
+    }
     for (k, (_, cells)) in sc.part_points(pi).into_iter().enumerate() {
         let where_ = cells
             .first()
@@ -1810,6 +1897,7 @@ mod tests {
             payload_bytes: None,
             udp: None,
             ping: None,
+            connections: None,
             late_p99_ms: None,
         }
     }

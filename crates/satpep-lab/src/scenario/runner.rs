@@ -264,6 +264,9 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                     Some(u) => format!("{} ({:.1} % of limit)", fmt_rate(g), u * 100.0),
                     None => fmt_rate(g),
                 },
+                (Some(&r), super::spec::Metric::ConnectRate) => {
+                    format!("{r:.0} connections/s")
+                }
                 (Some(_), super::spec::Metric::Rtt) => {
                     let s = super::stats::Summary::of(&rec.samples);
                     format!("{:.3} ms", s.mean * 1e3)

@@ -360,6 +360,9 @@ pub struct PepSpec {
     /// is scaled the same way).
     #[serde(default = "nothing")]
     pub told: String,
+    /// Each proxy's connection limit (`proxy.max_connections`; default the proxy's own).
+    #[serde(default)]
+    pub max_connections: Option<u32>,
 }
 
 fn nothing() -> String {
@@ -375,6 +378,7 @@ impl Default for PepSpec {
             handshake: None,
             relay: None,
             told: nothing(),
+            max_connections: None,
         }
     }
 }
@@ -458,9 +462,17 @@ pub enum Metric {
     Latency,
     /// Seconds per echo (ping).
     Rtt,
+    /// New connections opened per second (connections).
+    ConnectRate,
 }
 
 impl Metric {
+    /// Whether a run gives many samples whose spread matters (times): they get percentiles
+    /// and CDFs.
+    pub fn is_distribution(self) -> bool {
+        matches!(self, Metric::Time | Metric::Latency | Metric::Rtt)
+    }
+
     /// Column heading.
     pub fn heading(self) -> &'static str {
         match self {
@@ -468,6 +480,7 @@ impl Metric {
             Metric::Time => "completion time",
             Metric::Latency => "response time",
             Metric::Rtt => "round-trip time",
+            Metric::ConnectRate => "connections opened per second",
         }
     }
 }
@@ -530,7 +543,20 @@ impl CellSpec {
                 p.relay.clone(),
                 self.told()?,
             )
-            .map_err(|e| format!("pep.{}: {}", e.key, e.why))
+            .map_err(|e| format!("pep.{}: {}", e.key, e.why))?
+            .map(|pep| match p.max_connections {
+                Some(0) => Err("pep.max_connections = 0: at least 1".to_string()),
+                n => Ok(Some(crate::topology::Pep {
+                    max_connections: n.or(pep.max_connections),
+                    ..pep
+                })),
+            })
+            .unwrap_or_else(|| match p.max_connections {
+                Some(_) => {
+                    Err("pep.max_connections: there is no proxy to limit (mode none)".into())
+                }
+                None => Ok(None),
+            })
     }
 
     /// The link as the emulator runs it.

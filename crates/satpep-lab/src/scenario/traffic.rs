@@ -131,6 +131,9 @@ pub struct RunRecord {
     /// ping: ping's own summary, and what the link should give.
     #[serde(default)]
     pub ping: Option<super::kinds::ping::PingRecord>,
+    /// connections: what many concurrent connections did and cost.
+    #[serde(default)]
+    pub connections: Option<super::kinds::connections::ConnectionsRecord>,
     /// The emulator's release lateness since it started, p99 in the worse direction, ms:
     /// how long after its scheduled time a frame was written (absent on a kernel bridge).
     #[serde(default)]
@@ -418,6 +421,7 @@ pub fn run_once(
         payload_bytes: None,
         udp: None,
         ping: None,
+        connections: None,
         late_p99_ms: None,
     };
     let pids = lab.state().proxy_pids.clone();

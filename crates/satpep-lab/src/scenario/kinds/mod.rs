@@ -115,6 +115,7 @@ kinds! {
     Interactive => interactive,
     Udp => udp,
     Ping => ping,
+    Connections => connections,
 }
 
 impl Default for Traffic {

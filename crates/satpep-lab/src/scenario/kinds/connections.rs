@@ -1,36 +1,45 @@
-//! `satpep lab run load`: many concurrent connections end to end, through the split proxies
-//! and through the tunnel, side by side in one run. For each mode:
-//! 1. open N connections from the client to the server as fast as 32 threads can: new
-//!    connections per second, and failures;
+//! `kind = "connections"`: many concurrent connections from the client to the server, end
+//! to end, through the split proxies or through the tunnel (the cell's `pep`):
+//! 1. open `count` connections as fast as 32 threads can: new connections per second (the
+//!    main metric), and failures;
 //! 2. send one byte on each and have the server echo it: every connection is real and relayed;
 //! 3. idle: the proxies' resident memory and descriptors per connection;
 //! 4. busy: the server pushes 16 KB down every connection at once while the clients read and
 //!    verify them: peak memory (the proxies' and the kernel's TCP buffers) per connection;
 //! 5. close everything: the proxies' descriptors and memory afterwards, and how long they take
 //!    to get back to where they started.
+//!
+//! The server half runs as its own process (`satpep lab load-server`): each end of 10 000
+//! connections needs its own descriptor table under this machine's limit.
 
+use super::{check_count, Kind};
 use crate::checked::{fill, in_netns, pattern_byte};
-use crate::experiment::RunArgs;
-use crate::progress::Progress;
-use crate::topology::{Host, Lab, Pep, UpOptions, SERVER_V4};
-use satpep_link::config::LinkSpec;
-use serde::Serialize;
+use crate::scenario::spec::{CellSpec, Metric, PepMode};
+use crate::scenario::traffic::RunRecord;
+use crate::topology::{Host, Lab, SERVER_V4};
+use serde::{Deserialize, Serialize};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const LINK: &str = "[both]\nrate = '200Mbit'\ndelay = '5ms'\n";
 const PORT: u16 = 9700;
 const BUSY_BYTES: usize = 16 << 10;
 const CONNECTORS: usize = 32;
 
-/// One mode's figures.
-#[derive(Debug, Clone, Serialize)]
-pub struct LoadRow {
-    /// "end-to-end", "split" or "tunnel".
-    pub mode: String,
+/// Many concurrent connections.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Connections {
+    /// Connections to open, all held at once.
+    pub count: u32,
+}
+
+/// What a run of many connections measured. Memory and descriptors are the proxies'
+/// together (terminal and gateway); none end to end.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ConnectionsRecord {
     /// Connections asked for.
     pub connections: usize,
     /// Connections the client opened.
@@ -46,7 +55,7 @@ pub struct LoadRow {
     /// New connections per second while opening them all.
     pub connects_per_s: f64,
     /// The proxies' resident memory before, with all connections idle, at the busy peak and
-    /// after closing, bytes (both proxies together).
+    /// after closing, bytes.
     pub rss: [u64; 4],
     /// The proxies' open descriptors at the same four moments.
     pub fds: [u64; 4],
@@ -60,6 +69,63 @@ pub struct LoadRow {
     pub tcp_mem_per_busy: f64,
     /// Seconds after the last close until the proxies' descriptors were back to the start.
     pub drain_s: Option<f64>,
+}
+
+impl Kind for Connections {
+    fn metric(&self) -> Metric {
+        Metric::ConnectRate
+    }
+
+    fn check(&self, _cell: &CellSpec) -> Result<(), String> {
+        check_count("count", self.count, 1, 30_000)
+    }
+
+    fn ports(&self) -> std::ops::Range<u16> {
+        // Thousands of sockets: `ss` every half second would cost more than it tells.
+        PORT..PORT
+    }
+
+    fn run(
+        &self,
+        lab: &Lab,
+        cell: &CellSpec,
+        rec: &mut RunRecord,
+        _limit_bps: Option<f64>,
+        tick: &mut dyn FnMut(f64),
+    ) -> Result<(), String> {
+        let n = self.count as usize;
+        let r = match measure(lab, n, tick) {
+            Ok(r) => r,
+            Err(e) if e == "interrupted" => return Err(e),
+            Err(e) => {
+                rec.failures += 1;
+                rec.errors.push(e);
+                return Ok(());
+            }
+        };
+        rec.samples.push(r.connects_per_s);
+        // End to end is the baseline: n TCP flows bursting into one link leave some in long
+        // retransmission back-off past the deadline, which is TCP's, not the proxies', doing.
+        let proxied = cell.pep.mode != PepMode::None;
+        let mut short = Vec::new();
+        if r.echoed < n {
+            short.push(format!("{} of {n} echoed", r.echoed));
+        }
+        if r.busy_intact < n {
+            short.push(format!("{} of {n} got their 16 KB intact", r.busy_intact));
+        }
+        if r.drain_s.is_none() {
+            short.push("the proxies' descriptors not back to the start within 60 s".into());
+        }
+        if !short.is_empty() {
+            rec.errors.push(short.join("; "));
+            if proxied || r.echoed < n {
+                rec.failures += 1;
+            }
+        }
+        rec.connections = Some(r);
+        Ok(())
+    }
 }
 
 fn rss(pid: u32) -> u64 {
@@ -290,31 +356,17 @@ pub fn load_server(port: u16, count: usize) -> Result<(), String> {
     }
 }
 
-fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<LoadRow, String> {
-    let base: LinkSpec = toml::from_str(LINK).map_err(|e| e.to_string())?;
-    let base = LinkSpec::layered(&[&base])?;
-    let limit = (n + 2000) as u32;
-    let pep = match mode {
-        "split" => Some(Pep {
-            max_connections: Some(limit),
-            ..Default::default()
-        }),
-        "tunnel" => Some(Pep {
-            tunnel: Some("satellite".into()),
-            max_connections: Some(limit),
-            ..Default::default()
-        }),
-        _ => None,
+fn measure(lab: &Lab, n: usize, tick: &mut dyn FnMut(f64)) -> Result<ConnectionsRecord, String> {
+    raise_own_fd_limit(n);
+    let started = Instant::now();
+    // Each phase reports progress and may be interrupted before it starts.
+    let mut phase = || -> Result<(), String> {
+        tick(started.elapsed().as_secs_f64());
+        match crate::interrupted() {
+            true => Err("interrupted".into()),
+            false => Ok(()),
+        }
     };
-    let name = format!("load-{}", std::process::id());
-    let lab = Lab::up(
-        &name,
-        &base,
-        &UpOptions {
-            pep,
-            ..UpOptions::default()
-        },
-    )?;
     // The server host may see a burst of n SYNs.
     for host in [Host::Server, Host::Client, Host::Terminal, Host::Gateway] {
         let _ = lab
@@ -329,10 +381,9 @@ fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<Lo
     let pids = lab.state().proxy_pids.clone();
     std::thread::sleep(Duration::from_millis(500));
     let s0 = sample(&pids);
-    let what = format!("{mode:<10} {n} connections");
-    progress.tick(step, &format!("{what}: connecting"), 0.0);
+    phase()?; // connecting
 
-    let mut server = LoadServer::start(&lab, n)?;
+    let mut server = LoadServer::start(lab, n)?;
     // 1. Connect.
     let addr: SocketAddr = format!("{SERVER_V4}:{PORT}").parse().unwrap();
     let failures = Arc::new(AtomicU64::new(0));
@@ -361,7 +412,7 @@ fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<Lo
     }
     let connect_s = t0.elapsed().as_secs_f64();
     let accepted = server.ask("accepted")?;
-    progress.tick(step, &format!("{what}: echo"), 0.0);
+    phase()?; // echo
 
     // 2. Echo one byte on each.
     let mut sent = vec![false; clients.len()];
@@ -386,7 +437,7 @@ fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<Lo
     });
     std::thread::sleep(Duration::from_secs(1));
     let s1 = sample(&pids);
-    progress.tick(step, &format!("{what}: busy"), 0.0);
+    phase()?; // busy
 
     // 4. Busy: 16 KB down every connection at once, read and checked by the clients.
     let stop = Arc::new(AtomicBool::new(false));
@@ -431,7 +482,7 @@ fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<Lo
     server.ask("busy")?;
     stop.store(true, Relaxed);
     let peak = sampler.join().map_err(|_| "sampler panicked".to_string())?;
-    progress.tick(step, &format!("{what}: closing"), 0.0);
+    phase()?; // closing
 
     // 5. Close everything and wait for the proxies to let go.
     let connected = clients.len();
@@ -457,8 +508,7 @@ fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<Lo
         s3 = sample(&pids);
     }
     let per = |a: u64, b: u64, k: usize| (a as f64 - b as f64) / k.max(1) as f64;
-    let row = LoadRow {
-        mode: mode.into(),
+    Ok(ConnectionsRecord {
         connections: n,
         connected,
         failed_connects: failures.load(Relaxed),
@@ -473,114 +523,5 @@ fn one_mode(mode: &str, n: usize, progress: &Progress, step: usize) -> Result<Lo
         rss_per_busy: per(peak.rss, s0.rss, connected),
         tcp_mem_per_busy: per(peak.tcp, s0.tcp, connected),
         drain_s,
-    };
-    drop(lab);
-    Ok(row)
-}
-
-/// Runs the load benchmark and prints its table (or JSON). Fails if a connection was lost.
-pub fn run(args: &RunArgs) -> Result<(), String> {
-    let n = if args.quick { 1000 } else { 10_000 };
-    raise_own_fd_limit(n);
-    let modes: Vec<&str> = ["end-to-end", "split", "tunnel"]
-        .into_iter()
-        .filter(|m| args.only.as_deref().is_none_or(|o| o == *m))
-        .collect();
-    if modes.is_empty() {
-        return Err("--only: the load benchmark's parts are end-to-end, split and tunnel".into());
-    }
-    let progress = Progress::new(modes.len(), 60.0, false);
-    let mut rows = Vec::new();
-    for (i, mode) in modes.iter().enumerate() {
-        if crate::interrupted() {
-            return Err("interrupted".into());
-        }
-        let r = one_mode(mode, n, &progress, i)?;
-        progress.done(
-            i,
-            &format!("{mode:<10} {n} connections"),
-            &format!(
-                "{} connected at {:.0}/s, {} accepted, {} echoed, {} intact",
-                r.connected, r.connects_per_s, r.accepted, r.echoed, r.busy_intact
-            ),
-        );
-        rows.push(r);
-    }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
-        );
-    } else {
-        println!("{}", table(&rows));
-    }
-    // End to end is the baseline: 10 000 TCP flows bursting into one link leave some in long
-    // retransmission back-off past the deadline, which is TCP's, not the proxies', doing.
-    let short: Vec<String> = rows
-        .iter()
-        .filter(|r| r.mode != "end-to-end" || r.echoed < n)
-        .filter(|r| r.echoed < n || r.busy_intact < n || r.drain_s.is_none())
-        .map(|r| r.mode.clone())
-        .collect();
-    if !short.is_empty() {
-        return Err(format!(
-            "connections lost or not released in: {}",
-            short.join(", ")
-        ));
-    }
-    Ok(())
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1}", b as f64 / (1 << 20) as f64)
-}
-
-/// The figures as a Markdown table.
-pub fn table(rows: &[LoadRow]) -> String {
-    let mut s = String::from(
-        "| mode | connections | opened/s | echoed | 16 KB intact in 300 s | proxy RSS MiB: start / idle / busy peak / after | per idle conn | per busy conn | proxy fds: start / idle / after | kernel TCP MiB: idle / busy peak / after | back to start in |\n|---|---:|---:|---:|---:|---|---:|---:|---|---|---:|\n",
-    );
-    for r in rows {
-        let proxy = r.mode != "end-to-end";
-        s.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} / {} / {} | {} |\n",
-            r.mode,
-            r.connected,
-            r.connects_per_s,
-            r.echoed,
-            r.busy_intact,
-            if proxy {
-                format!(
-                    "{} / {} / {} / {}",
-                    mib(r.rss[0]),
-                    mib(r.rss[1]),
-                    mib(r.rss[2]),
-                    mib(r.rss[3])
-                )
-            } else {
-                "(no proxy)".into()
-            },
-            if proxy {
-                format!("{:.1} KB", r.rss_per_idle / 1024.0)
-            } else {
-                "".into()
-            },
-            if proxy {
-                format!("{:.1} KB", r.rss_per_busy / 1024.0)
-            } else {
-                "".into()
-            },
-            if proxy {
-                format!("{} / {} / {}", r.fds[0], r.fds[1], r.fds[3])
-            } else {
-                "".into()
-            },
-            mib(r.tcp_mem[1]),
-            mib(r.tcp_mem[2]),
-            mib(r.tcp_mem[3]),
-            r.drain_s
-                .map_or("not within 60 s".into(), |d| format!("{d:.1} s")),
-        ));
-    }
-    s
+    })
 }
