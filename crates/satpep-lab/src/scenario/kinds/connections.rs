@@ -96,12 +96,7 @@ impl Kind for Connections {
         let n = self.count as usize;
         let r = match measure(lab, n, tick) {
             Ok(r) => r,
-            Err(e) if e == "interrupted" => return Err(e),
-            Err(e) => {
-                rec.failures += 1;
-                rec.errors.push(e);
-                return Ok(());
-            }
+            Err(e) => return super::failed_unless_interrupted(rec, e),
         };
         rec.samples.push(r.connects_per_s);
         // End to end is the baseline: n TCP flows bursting into one link leave some in long

@@ -134,6 +134,17 @@ impl Traffic {
     }
 }
 
+/// What a run does with an error: an interrupt ends the scenario (Err); anything else is
+/// this run's failure, recorded with its reason.
+pub(crate) fn failed_unless_interrupted(rec: &mut RunRecord, e: String) -> Result<(), String> {
+    if e == "interrupted" {
+        return Err(e);
+    }
+    rec.failures += 1;
+    rec.errors.push(e);
+    Ok(())
+}
+
 /// A count key within `lo..=hi`.
 pub(crate) fn check_count(key: &str, v: u32, lo: u32, hi: u32) -> Result<(), String> {
     if !(lo..=hi).contains(&v) {

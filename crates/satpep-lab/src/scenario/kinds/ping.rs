@@ -95,11 +95,7 @@ impl Kind for Ping {
     ) -> Result<(), String> {
         let r = match ping(lab, SERVER_V4, self.count, self.interval.secs(), self.size) {
             Ok(r) => r,
-            Err(e) => {
-                rec.failures += 1;
-                rec.errors.push(e);
-                return Ok(());
-            }
+            Err(e) => return super::failed_unless_interrupted(rec, e),
         };
         if crate::interrupted() {
             return Err("interrupted".into());

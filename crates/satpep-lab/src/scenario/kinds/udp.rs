@@ -133,12 +133,7 @@ impl Kind for Udp {
         tick: &mut dyn FnMut(f64),
     ) -> Result<(), String> {
         match self.measure(lab, cell, rec, tick) {
-            Err(e) if e == "interrupted" => Err(e),
-            Err(e) => {
-                rec.failures += 1;
-                rec.errors.push(e);
-                Ok(())
-            }
+            Err(e) => super::failed_unless_interrupted(rec, e),
             Ok(()) => Ok(()),
         }
     }
