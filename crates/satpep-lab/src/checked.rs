@@ -2,9 +2,9 @@
 //! verify every byte they receive, so a lost, duplicated, reordered or altered byte shows as a
 //! mismatch at its offset, and a stream cut short shows as a clean end before the length the
 //! sender meant. Each end records how its connection ended (FIN, reset, or nothing before a
-//! deadline: a hang). The fault matrix ([`crate::faults`]) and the load benchmark use it.
+//! deadline: a hang). The `fault` and `connections` traffic kinds use it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -67,7 +67,7 @@ impl Plan {
 }
 
 /// How an end's connection ended, as that end saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum End {
     /// Everything planned was done, and the peer's stream ended with a FIN (or was not read).
@@ -99,7 +99,7 @@ impl End {
 }
 
 /// What one end saw.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// Bytes handed to the kernel.
     pub sent: u64,

@@ -1,6 +1,5 @@
-//! `satpep lab run`: scenarios (a TOML file or a built-in preset such as `demo`, run by
-//! [`crate::scenario`]) and the built-in benchmark that is not a scenario yet (the fault
-//! matrix).
+//! `satpep lab run`: scenarios, a TOML file or a built-in preset such as `demo`, all run by
+//! the one engine, [`crate::scenario`].
 
 use crate::scenario::{self, presets, RunOptions, Scenario};
 use clap::Args;
@@ -9,27 +8,25 @@ use std::path::PathBuf;
 /// Arguments of `satpep lab run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// A scenario file (FILE.toml), a preset (demo, field, tunnel, cc-sweep, relay-overhead,
-    /// link-accuracy, load, lawson2006, bharadwaj1999, urke2011, shao2002, vanzara2017;
-    /// `--list` describes them) or the benchmark `faults` (the fault matrix; ~13 min,
-    /// --quick ~70 s).
+    /// A scenario file (FILE.toml) or a preset (demo, field, tunnel, cc-sweep, relay-overhead,
+    /// link-accuracy, load, faults, lawson2006, bharadwaj1999, urke2011, shao2002,
+    /// vanzara2017; `--list` describes them).
     #[arg(required_unless_present = "list")]
     pub experiment: Option<String>,
-    /// List the presets and benchmarks and exit.
+    /// List the presets and exit.
     #[arg(long)]
     pub list: bool,
     /// Seconds per transfer (scenarios: replaces every cell's duration).
     #[arg(long, value_name = "S")]
     pub duration: Option<u32>,
-    /// Shorter, smaller version (a scenario's [quick] settings; benchmarks: fewer cells).
+    /// Shorter, smaller version (the scenario's [quick] settings).
     #[arg(long)]
     pub quick: bool,
     /// Print results as JSON on stdout (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
-    /// Run only this part of an experiment made of parts (scenarios: a part's name, such as
-    /// tunnel's sweep, t1, fetch, overhead or outage; faults: faults whose name contains
-    /// PART).
+    /// Run only this part of a scenario made of parts (a part's name, such as tunnel's sweep,
+    /// t1, fetch, overhead or outage, or faults' ends, outage, proxies or tunnel-peer).
     #[arg(long, value_name = "PART")]
     pub only: Option<String>,
     /// Results directory of a scenario [default: lab-results/NAME, or NAME-quick]. A
@@ -41,10 +38,6 @@ pub struct RunArgs {
     pub fresh: bool,
 }
 
-const BENCHMARKS: [(&str, &str); 1] = [
-    ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts; every byte checked (~13 min, --quick ~70 s)"),
-];
-
 /// Runs the experiment `args.experiment`.
 pub fn run(args: RunArgs) -> Result<(), String> {
     if args.list {
@@ -52,51 +45,31 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         for (name, what, _) in presets::PRESETS {
             println!("  {name:<15} {what}");
         }
-        println!("benchmarks:");
-        for (name, what) in BENCHMARKS {
-            println!("  {name:<15} {what}");
-        }
         return Ok(());
     }
     let what = args.experiment.clone().unwrap_or_default();
-    let bench = BENCHMARKS.iter().any(|b| b.0 == what);
-    let source = if bench {
-        None
-    } else if let Some(t) = presets::get(&what) {
-        Some(t.to_string())
+    let source = if let Some(t) = presets::get(&what) {
+        t.to_string()
     } else if what.ends_with(".toml") || std::path::Path::new(&what).is_file() {
-        Some(std::fs::read_to_string(&what).map_err(|e| format!("{what}: {e}"))?)
+        std::fs::read_to_string(&what).map_err(|e| format!("{what}: {e}"))?
     } else {
         return Err(format!(
-            "'{what}' is neither a scenario file (.toml), a preset ({}) nor a benchmark ({})",
-            presets::names().join(", "),
-            BENCHMARKS.map(|b| b.0).join(", ")
+            "'{what}' is neither a scenario file (.toml) nor a preset ({})",
+            presets::names().join(", ")
         ));
     };
     // Check a scenario before asking for root, so a bad file is reported as such.
-    let scenario = match &source {
-        Some(text) => {
-            let mut over = toml::Table::new();
-            if let Some(d) = args.duration {
-                over.insert("duration".into(), toml::Value::String(format!("{d}s")));
-            }
-            let mut sc = Scenario::parse_with(text, args.quick, &over)
-                .map_err(|e| format!("{what}: {e}"))?;
-            if let Some(only) = &args.only {
-                sc = sc.only(only)?;
-            }
-            Some(sc)
-        }
-        None => None,
-    };
+    let mut over = toml::Table::new();
+    if let Some(d) = args.duration {
+        over.insert("duration".into(), toml::Value::String(format!("{d}s")));
+    }
+    let mut sc =
+        Scenario::parse_with(&source, args.quick, &over).map_err(|e| format!("{what}: {e}"))?;
+    if let Some(only) = &args.only {
+        sc = sc.only(only)?;
+    }
     crate::sys::require_root()?;
     crate::catch_interrupts();
-    let Some(sc) = scenario else {
-        return match what.as_str() {
-            "faults" => crate::faults::run(&args),
-            other => Err(format!("no benchmark named '{other}'")),
-        };
-    };
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("lab-results").join(if args.quick {
             format!("{}-quick", sc.name)
@@ -110,7 +83,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
             out: out.clone(),
             fresh: args.fresh,
             quiet: false,
-            source: source.unwrap_or_default(),
+            source,
         },
     )?;
     if args.json {

@@ -8,7 +8,6 @@ pub mod topology;
 
 pub use topology::{Host, Lab, UpOptions};
 pub mod checked;
-pub mod faults;
 pub mod http;
 pub mod progress;
 pub mod scenario;

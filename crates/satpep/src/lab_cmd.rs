@@ -226,7 +226,9 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             Ok(())
         }
         LabSub::Run(args) => satpep_lab::experiment::run(args),
-        LabSub::FaultServer { port, seed } => satpep_lab::faults::fault_server(port, seed),
+        LabSub::FaultServer { port, seed } => {
+            satpep_lab::scenario::kinds::fault::fault_server(port, seed)
+        }
         LabSub::LoadServer { port, count } => {
             satpep_lab::scenario::kinds::connections::load_server(port, count)
         }

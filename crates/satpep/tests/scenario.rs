@@ -74,6 +74,10 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[traffic]\nkind = \"connections\"\ncount = 0\n", "traffic.count = 0"),
         ("[pep]\nmax_connections = 5\n", "pep.max_connections: there is no proxy"),
         ("[pep]\nmode = \"split\"\nmax_connections = 0\n", "pep.max_connections = 0"),
+        ("[traffic]\nkind = \"fault\"\ncase = \"proxy-crash\"\n", "traffic.case 'proxy-crash': needs a proxy"),
+        ("[pep]\nmode = \"split\"\n[traffic]\nkind = \"fault\"\ncase = \"tunnel-peer-crash\"\n", "needs the tunnel"),
+        ("[traffic]\nkind = \"fault\"\ncase = \"baseline\"\ndown = \"5s\"\n", "traffic.down '5s': only for case 'outage'"),
+        ("[traffic]\nkind = \"fault\"\ncase = \"meteor\"\n", "unknown variant `meteor`"),
     ];
     for (extra, want) in cases {
         let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);

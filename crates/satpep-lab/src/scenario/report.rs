@@ -88,6 +88,8 @@ pub struct CellResult {
     pub link_check: LinkCheck,
     /// connections cells: the first run's figures.
     pub connections: Option<crate::scenario::kinds::connections::ConnectionsRecord>,
+    /// fault cells: the first run's record.
+    pub fault: Option<crate::scenario::kinds::fault::FaultRecord>,
 }
 
 /// What the udp and ping kinds measured of the link itself, over a cell's runs.
@@ -303,6 +305,7 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 link_ret_per_byte: per_payload_byte(&mine, |r| r.link.ret_bytes),
                 link_check: LinkCheck::of(&mine),
                 connections: mine.iter().find_map(|r| r.connections.clone()),
+                fault: mine.iter().find_map(|r| r.fault.clone()),
             }
         })
         .collect()
@@ -930,6 +933,7 @@ fn part_tables(
     }
     link_check_tables(part, res, &mut tables);
     connections_tables(part, res, &mut tables);
+    fault_tables(part, res, &mut tables);
     if res.iter().any(|r| r.link_fwd_per_byte.n > 0) {
         tables.push((
             "link bytes delivered per payload byte, forward / return (whole frames: headers, acknowledgements, repairs)".into(),
@@ -1085,6 +1089,54 @@ fn connections_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String
                 mib(c.tcp_mem[2]),
                 mib(c.tcp_mem[3])
             )
+        }),
+    ));
+}
+
+/// The fault kind's tables, from each cell's first run.
+fn fault_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)>) {
+    use crate::scenario::kinds::fault::{fmt_bytes, FaultRecord};
+    if !res.iter().any(|r| r.fault.is_some()) {
+        return;
+    }
+    let with = |f: &dyn Fn(&FaultRecord) -> String| {
+        grid(part, res, &|r| r.fault.as_ref().map_or("–".into(), f))
+    };
+    let of = |got: u64, meant: Option<u64>| match meant {
+        Some(m) => format!("{} of {}", fmt_bytes(got), fmt_bytes(m)),
+        None => fmt_bytes(got),
+    };
+    tables.push((
+        "verdict: pass, or why not (a corrupted byte, a silent truncation, a hang, an end the case does not allow)".into(),
+        with(&|f| match f.problems.is_empty() {
+            true => "pass".into(),
+            false => format!("FAIL: {}", f.problems.join("; ")),
+        }),
+    ));
+    tables.push((
+        "how each end's connection ended: client / server".into(),
+        with(&|f| format!("{} / {}", f.client.end.word(), f.server.end.word())),
+    ));
+    tables.push((
+        "bytes each end received, of what the other meant to send: client / server".into(),
+        with(&|f| {
+            format!(
+                "{} / {}",
+                of(f.client.received, f.server_meant),
+                of(f.server.received, f.client_meant)
+            )
+        }),
+    ));
+    tables.push((
+        "seconds from the fault to the client's end; what was checked after it".into(),
+        with(&|f| {
+            let t = f
+                .client_end_after_fault_s
+                .map_or("–".into(), |t| format!("{t:.2} s"));
+            match f.after.is_empty() {
+                true => t,
+                false => format!("{t}; {}", f.after),
+            }
         }),
     ));
 }
@@ -1898,6 +1950,7 @@ mod tests {
             udp: None,
             ping: None,
             connections: None,
+            fault: None,
             late_p99_ms: None,
         }
     }

@@ -246,7 +246,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                 true => Some(Capture::start(&lab, &pcap_path(&opts.out, ci, rep))),
                 false => None,
             };
-            let result = run_once(&lab, spec, ci, rep, limit, &mut |t| {
+            let result = run_once(&mut lab, spec, ci, rep, limit, &mut |t| {
                 progress.tick(i, &what, t)
             });
             let capture = capture.map(|c| c.map(Capture::stop));

@@ -134,6 +134,9 @@ pub struct RunRecord {
     /// connections: what many concurrent connections did and cost.
     #[serde(default)]
     pub connections: Option<super::kinds::connections::ConnectionsRecord>,
+    /// fault: what each end of the checked transfer saw.
+    #[serde(default)]
+    pub fault: Option<super::kinds::fault::FaultRecord>,
     /// The emulator's release lateness since it started, p99 in the worse direction, ms:
     /// how long after its scheduled time a frame was written (absent on a kernel bridge).
     #[serde(default)]
@@ -391,7 +394,7 @@ fn f1_sub(a: u64, b: u64) -> u64 {
 /// physical limit of the direction the traffic uses; `tick(elapsed)` reports progress.
 /// Only an interrupt is an `Err`; failed transfers are counted in the record.
 pub fn run_once(
-    lab: &Lab,
+    lab: &mut Lab,
     spec: &CellSpec,
     cell: usize,
     repetition: u32,
@@ -422,6 +425,7 @@ pub fn run_once(
         udp: None,
         ping: None,
         connections: None,
+        fault: None,
         late_p99_ms: None,
     };
     let pids = lab.state().proxy_pids.clone();

@@ -146,7 +146,7 @@ impl Kind for Bulk {
 
     fn run(
         &self,
-        lab: &Lab,
+        lab: &mut Lab,
         cell: &CellSpec,
         rec: &mut RunRecord,
         limit_bps: Option<f64>,

@@ -30,7 +30,7 @@ impl Kind for Interactive {
 
     fn run(
         &self,
-        lab: &Lab,
+        lab: &mut Lab,
         spec: &CellSpec,
         rec: &mut RunRecord,
         _limit_bps: Option<f64>,

@@ -29,7 +29,7 @@ pub trait Kind {
     /// uses (None on a bridged link); `tick(elapsed s)` reports progress. Only an interrupt is an `Err`.
     fn run(
         &self,
-        lab: &Lab,
+        lab: &mut Lab,
         cell: &CellSpec,
         rec: &mut RunRecord,
         limit_bps: Option<f64>,
@@ -116,6 +116,7 @@ kinds! {
     Udp => udp,
     Ping => ping,
     Connections => connections,
+    Fault => fault,
 }
 
 impl Default for Traffic {

@@ -34,7 +34,7 @@ impl Kind for Page {
 
     fn run(
         &self,
-        lab: &Lab,
+        lab: &mut Lab,
         spec: &CellSpec,
         rec: &mut RunRecord,
         _limit_bps: Option<f64>,

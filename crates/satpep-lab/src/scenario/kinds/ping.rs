@@ -87,7 +87,7 @@ impl Kind for Ping {
 
     fn run(
         &self,
-        lab: &Lab,
+        lab: &mut Lab,
         cell: &CellSpec,
         rec: &mut RunRecord,
         _limit_bps: Option<f64>,

@@ -126,7 +126,7 @@ impl Kind for Udp {
 
     fn run(
         &self,
-        lab: &Lab,
+        lab: &mut Lab,
         cell: &CellSpec,
         rec: &mut RunRecord,
         _limit_bps: Option<f64>,
