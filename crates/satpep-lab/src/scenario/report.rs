@@ -1033,12 +1033,13 @@ fn connections_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String
     };
     let proxied = |c: &crate::scenario::kinds::connections::ConnectionsRecord| c.fds[1] > c.fds[0];
     tables.push((
-        "connections opened / failed to open / accepted / echoed / 16 KB intact within 300 s"
+        "connections opened / failed to open / accepted / echoed / 16 KB intact within 300 s / \
+         bypassed the proxies (past their budget: end to end)"
             .into(),
         with(&|c| {
             format!(
-                "{} / {} / {} / {} / {}",
-                c.connected, c.failed_connects, c.accepted, c.echoed, c.busy_intact
+                "{} / {} / {} / {} / {} / {}",
+                c.connected, c.failed_connects, c.accepted, c.echoed, c.busy_intact, c.bypassed
             )
         }),
     ));

@@ -97,6 +97,23 @@ pub(crate) fn wait_connected(lab: &Lab, host: Host, limit: Duration) -> Result<(
     }
 }
 
+/// The value of the metric `name` (without the `satpep_` prefix, summed over its labels)
+/// that the proxy in `host` serves now; None if it does not answer or has no such metric.
+pub(crate) fn proxy_metric(lab: &Lab, host: Host, name: &str) -> Option<f64> {
+    let addr = metrics_addr();
+    let text = crate::checked::in_netns(&lab.ns(host), move || fetch(addr))
+        .join()
+        .ok()?
+        .ok()??;
+    let mut found = None;
+    for (n, _, v) in samples(&text) {
+        if n == name {
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
+}
+
 /// Whether a Prometheus exposition reports a tunnel up.
 fn connected(text: &str) -> bool {
     samples(text).any(|(name, _, v)| name == "tunnel_connected" && v >= 1.0)
