@@ -41,11 +41,15 @@ fn a_thousand_concurrent_connections_work_and_are_released() {
             let fds = r["fds"].as_array().unwrap();
             // Each split connection holds one socket per leg in each proxy, a tunnel flow
             // one in each; nothing more while idle (no duplicates, no idle pipes).
+            // A connection the proxies let bypass them (their admission control counts the
+            // machine's kernel TCP memory, which another test may still hold) has none.
             let per = if mode == "split" { 4 } else { 2 };
+            let bypassed = r["bypassed"].as_u64().unwrap();
+            assert!(bypassed < 100, "{mode}: {bypassed} bypassed: {r}");
             let idle = fds[1].as_u64().unwrap() - fds[0].as_u64().unwrap();
             assert!(
-                idle >= per * 1000 && idle <= per * 1000 + 50,
-                "{mode}: {idle} descriptors for 1000 idle connections"
+                idle >= per * (1000 - bypassed) && idle <= per * 1000 + 50,
+                "{mode}: {idle} descriptors for 1000 idle connections, {bypassed} bypassed: {r}"
             );
             assert_eq!(
                 fds[3], fds[0],
