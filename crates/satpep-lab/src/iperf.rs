@@ -340,23 +340,14 @@ pub fn udp_return(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn udp(
-    lab: &Lab,
-    from: Host,
-    to: Host,
-    dst: &str,
-    payload_bps: f64,
-    len: u32,
-    secs: u32,
-    tick: &mut dyn FnMut(f64),
-) -> Result<UdpResult, String> {
-    let server = Server::start(lab, to, 5202)?;
-    let args: Vec<String> = [
+/// iperf3 client arguments for a UDP stream to `dst`:`port` of `len`-byte datagrams at
+/// `payload_bps` (application payload) for `secs` seconds ([`client`] adds -J).
+pub(crate) fn udp_args(dst: &str, port: u16, payload_bps: f64, len: u32, secs: u32) -> Vec<String> {
+    [
         "-c",
         dst,
         "-p",
-        "5202",
+        &port.to_string(),
         "-u",
         "-b",
         &format!("{}", payload_bps.round() as u64),
@@ -371,7 +362,22 @@ fn udp(
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect();
+    .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn udp(
+    lab: &Lab,
+    from: Host,
+    to: Host,
+    dst: &str,
+    payload_bps: f64,
+    len: u32,
+    secs: u32,
+    tick: &mut dyn FnMut(f64),
+) -> Result<UdpResult, String> {
+    let server = Server::start(lab, to, 5202)?;
+    let args = udp_args(dst, 5202, payload_bps, len, secs);
     client(lab, from, &args, tick)?;
     let v = server.output()?;
     let intervals = v["intervals"]

@@ -25,9 +25,11 @@ pub fn cross_frame_bps(bps: f64) -> f64 {
 }
 /// Ping probe interval, seconds.
 const PROBE_INTERVAL_S: f64 = 0.1;
+/// ICMP, IPv4 and Ethernet headers around ping's data on the link.
+pub(crate) const ECHO_HEADERS: u32 = 8 + 20 + 14;
 /// Size of a probe's echo request and reply frame on the link (ping's default 56 data
-/// bytes + ICMP 8 + IPv4 20 + Ethernet 14).
-const PROBE_FRAME: f64 = 98.0;
+/// bytes and the headers).
+const PROBE_FRAME: f64 = (56 + ECHO_HEADERS) as f64;
 
 /// What the traffic beside a bulk run saw.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -128,6 +128,14 @@ impl LinkCheck {
         let ping: Vec<&crate::scenario::kinds::ping::PingRecord> =
             runs.iter().filter_map(|r| r.ping.as_ref()).collect();
         let of = |v: Vec<f64>| Summary::of(&v);
+        // One figure of ping's summary over the runs that had one (no reply: NaN).
+        let ping_of = |f: fn(&crate::scenario::kinds::ping::PingRecord) -> f64| {
+            of(ping
+                .iter()
+                .map(|p| f(p))
+                .filter(|v| v.is_finite())
+                .collect())
+        };
         let sent: u64 = udp.iter().map(|u| u.sent).sum();
         let delivered: u64 = udp.iter().map(|u| u.delivered).sum();
         let expected = udp.first().map_or(f64::NAN, |u| u.expected_loss);
@@ -153,21 +161,9 @@ impl LinkCheck {
                 .filter(|r| r.udp.is_some() || r.ping.is_some())
                 .filter_map(|r| r.late_p99_ms)
                 .collect()),
-            ping_min_ms: of(ping
-                .iter()
-                .map(|p| p.min_ms)
-                .filter(|v| v.is_finite())
-                .collect()),
-            ping_avg_ms: of(ping
-                .iter()
-                .map(|p| p.avg_ms)
-                .filter(|v| v.is_finite())
-                .collect()),
-            ping_max_ms: of(ping
-                .iter()
-                .map(|p| p.max_ms)
-                .filter(|v| v.is_finite())
-                .collect()),
+            ping_min_ms: ping_of(|p| p.min_ms),
+            ping_avg_ms: ping_of(|p| p.avg_ms),
+            ping_max_ms: ping_of(|p| p.max_ms),
             ping_expected_ms: ping.iter().find_map(|p| p.expected_ms).unwrap_or(f64::NAN),
         }
     }
@@ -1222,7 +1218,8 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
     let mut runs_csv = String::from("cell,part,config,point,repetition,seed,metric,goodput_bps,time_s,utilization_frac,jain_index,leg_retransmits_segments,leg_cc,failures,errors,connects_per_s\n");
     for r in runs {
         let c = &sc.cells[r.cell];
-        let (g, t) = split(r.cell, Some(Summary::of(&r.samples).mean));
+        let mean = Summary::of(&r.samples).mean;
+        let (g, t) = split(r.cell, Some(mean));
         let _ = writeln!(
             runs_csv,
             "{},{},{},\"{}\",{},{},{},{g},{t},{},{},{},{},{},\"{}\",{}",
@@ -1239,7 +1236,7 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             leg_cc(&c.spec, &r.sockets),
             r.failures,
             r.errors.join("; ").replace('"', "'"),
-            per_s(r.cell, Summary::of(&r.samples).mean)
+            per_s(r.cell, mean)
         );
     }
     let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,link_fwd_bytes_per_payload_byte,link_ret_bytes_per_payload_byte,udp_rate_error_pct,udp_lost_pct,udp_lost_expected_pct,emulator_cpu_user_pct,emulator_cpu_sys_pct,emulator_late_p99_ms,ping_min_ms,ping_avg_ms,ping_max_ms,ping_expected_ms,failures,reference_bps,reference_s,connects_per_s_mean\n");

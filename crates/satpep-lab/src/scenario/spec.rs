@@ -535,7 +535,8 @@ impl CellSpec {
     /// The lab's PEP for this cell (None: end to end), or what in `pep` does not fit.
     pub fn pep(&self) -> Result<Option<crate::topology::Pep>, String> {
         let p = &self.pep;
-        p.mode
+        let pep = p
+            .mode
             .pep(
                 p.cc.clone(),
                 p.terminal_only,
@@ -543,20 +544,17 @@ impl CellSpec {
                 p.relay.clone(),
                 self.told()?,
             )
-            .map_err(|e| format!("pep.{}: {}", e.key, e.why))?
-            .map(|pep| match p.max_connections {
-                Some(0) => Err("pep.max_connections = 0: at least 1".to_string()),
-                n => Ok(Some(crate::topology::Pep {
-                    max_connections: n.or(pep.max_connections),
-                    ..pep
-                })),
-            })
-            .unwrap_or_else(|| match p.max_connections {
-                Some(_) => {
-                    Err("pep.max_connections: there is no proxy to limit (mode none)".into())
-                }
-                None => Ok(None),
-            })
+            .map_err(|e| format!("pep.{}: {}", e.key, e.why))?;
+        match (pep, p.max_connections) {
+            (None, Some(_)) => {
+                Err("pep.max_connections: there is no proxy to limit (mode none)".into())
+            }
+            (Some(_), Some(0)) => Err("pep.max_connections = 0: at least 1".into()),
+            (pep, n) => Ok(pep.map(|pep| crate::topology::Pep {
+                max_connections: n.or(pep.max_connections),
+                ..pep
+            })),
+        }
     }
 
     /// The link as the emulator runs it.

@@ -37,9 +37,6 @@ fn fifty_six() -> u32 {
     56
 }
 
-/// ICMP, IPv4 and Ethernet headers around ping's data.
-const ECHO_HEADERS: u32 = 8 + 20 + 14;
-
 /// What ping itself said of a run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct PingRecord {
@@ -105,7 +102,7 @@ impl Kind for Ping {
             true => None,
             false => {
                 let cfg = cell.link_spec().and_then(|l| l.resolve());
-                let frame = (self.size + ECHO_HEADERS) as f64;
+                let frame = (self.size + crate::scenario::beside::ECHO_HEADERS) as f64;
                 cfg.ok()
                     .map(|c| crate::scenario::beside::echo_rtt_ms(&c, 0.0, frame))
             }

@@ -9,7 +9,7 @@
 
 use super::bulk::Direction;
 use super::Kind;
-use crate::iperf::{client, Server, UDP_FRAME_OVERHEAD};
+use crate::iperf::{client, udp_args, Server, UDP_FRAME_OVERHEAD};
 use crate::scenario::spec::{CellSpec, Metric};
 use crate::scenario::traffic::RunRecord;
 use crate::sink::Sink;
@@ -65,16 +65,6 @@ pub struct UdpRecord {
     /// Its system CPU time likewise; includes the receiving namespaces' network stacks,
     /// which the kernel runs inside the emulator's send calls.
     pub emulator_cpu_sys: f64,
-}
-
-impl UdpRecord {
-    /// Share of the datagrams sent that never arrived (all causes).
-    pub fn loss(&self) -> f64 {
-        match self.sent {
-            0 => f64::NAN,
-            n => n.saturating_sub(self.delivered) as f64 / n as f64,
-        }
-    }
 }
 
 /// The 99 % binomial interval of the loss share `p` over `n` frames (normal approximation).
@@ -165,27 +155,7 @@ impl Udp {
         let _server = Server::start(lab, to, PORT)?;
         let pid = lab.emulator_pid().ok_or("the emulator is not running")?;
         let (dur, warm) = (cell.duration.secs(), cell.warmup.secs());
-        let args: Vec<String> = [
-            "-c",
-            dst,
-            "-p",
-            &PORT.to_string(),
-            "-u",
-            "-b",
-            &format!("{}", payload.round() as u64),
-            "-l",
-            &len.to_string(),
-            "-t",
-            &format!("{}", dur.ceil() as u64),
-            // iperf3 passes -w to its server for UDP: a large buffer keeps the sender's
-            // socket from dropping at high rates.
-            "-w",
-            "8M",
-            "-J",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = udp_args(dst, PORT, payload, len, dur.ceil() as u32);
         let sample = || -> Result<(u64, u64, Instant, (f64, f64)), String> {
             let t0 = Instant::now();
             let (packets, bytes) = sink.read()?;
