@@ -4,9 +4,43 @@
 //! (`--fwd-rate`, `--ret-rate`); the per-direction form wins. Layers apply in this order:
 //! preset, `--config` file, flags.
 
-use crate::config::{DirectionSpec, GilbertSpec, LinkConfig, LinkSpec, OutageSpec};
+use crate::config::{DirectionSpec, LinkConfig, LinkSpec, OutageSpec};
+use crate::loss::{GilbertSpec, LossSpec, LOSS_KEYS};
 use clap::Args;
 use std::path::PathBuf;
+
+/// A `--loss NAME:SPEC` flag, checked when it is read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LossFlag {
+    key: String,
+    spec: String,
+}
+
+impl std::str::FromStr for LossFlag {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LossFlag, String> {
+        let (key, spec) = s.split_once(':').ok_or_else(|| {
+            format!(
+                "'{s}': expected NAME:SPEC, NAME one of {}",
+                LOSS_KEYS.join(", ")
+            )
+        })?;
+        LossSpec::default().set(key.trim(), spec.trim())?;
+        Ok(LossFlag {
+            key: key.trim().into(),
+            spec: spec.trim().into(),
+        })
+    }
+}
+
+/// `spec` with `flags` applied in order (each was checked when read).
+fn with_loss_flags(mut spec: LossSpec, flags: &[LossFlag]) -> LossSpec {
+    for f in flags {
+        spec.set(&f.key, &f.spec)
+            .expect("checked when the flag was read");
+    }
+    spec
+}
 
 /// Flags describing the emulated link.
 #[derive(Args, Debug, Clone, Default)]
@@ -155,6 +189,16 @@ pub struct LinkArgs {
     /// Return Gilbert–Elliott burst loss.
     #[arg(long, value_name = "p=P,r=R[,..]", help_heading = "Loss")]
     pub ret_gilbert: Option<GilbertSpec>,
+    /// Any loss process of both directions by its name, as a link file's key: `ber:1e-6`,
+    /// `per:0.01`, `gilbert:p=0.01,r=0.2`; repeatable. Applied after the flags above.
+    #[arg(long, value_name = "NAME:SPEC", help_heading = "Loss")]
+    pub loss: Vec<LossFlag>,
+    /// Any forward loss process by its name (see --loss).
+    #[arg(long, value_name = "NAME:SPEC", help_heading = "Loss")]
+    pub fwd_loss: Vec<LossFlag>,
+    /// Any return loss process by its name (see --loss).
+    #[arg(long, value_name = "NAME:SPEC", help_heading = "Loss")]
+    pub ret_loss: Vec<LossFlag>,
 
     /// Take the link down (both directions) every TIME ...
     #[arg(long, value_name = "TIME", help_heading = "Outages")]
@@ -174,7 +218,7 @@ impl LinkArgs {
     /// The flags as one spec layer.
     pub fn flags_layer(&self) -> LinkSpec {
         macro_rules! dir {
-            ($rate:ident, $rt:ident, $ov:ident, $d:ident, $dt:ident, $j:ident, $q:ident, $b:ident, $p:ident, $g:ident) => {
+            ($rate:ident, $rt:ident, $ov:ident, $d:ident, $dt:ident, $j:ident, $q:ident, $b:ident, $p:ident, $g:ident, $l:ident) => {
                 DirectionSpec {
                     rate: self.$rate.clone(),
                     rate_trace: self.$rt.clone(),
@@ -183,9 +227,14 @@ impl LinkArgs {
                     delay_trace: self.$dt.clone(),
                     jitter: self.$j.clone(),
                     queue: self.$q.clone(),
-                    ber: self.$b,
-                    per: self.$p,
-                    gilbert: self.$g,
+                    loss: {
+                        // Field by field: a process without flags of its own has --loss only.
+                        let mut l = LossSpec::default();
+                        l.ber = self.$b;
+                        l.per = self.$p;
+                        l.gilbert = self.$g;
+                        with_loss_flags(l, &self.$l)
+                    },
                     reorder: None,
                     builtin_delay_trace: None,
                     builtin_rate_trace: None,
@@ -202,7 +251,8 @@ impl LinkArgs {
             queue,
             ber,
             per,
-            gilbert
+            gilbert,
+            loss
         );
         if self.reorder {
             both.reorder = Some(true);
@@ -221,7 +271,8 @@ impl LinkArgs {
                 fwd_queue,
                 fwd_ber,
                 fwd_per,
-                fwd_gilbert
+                fwd_gilbert,
+                fwd_loss
             ),
             ret: dir!(
                 ret_rate,
@@ -233,7 +284,8 @@ impl LinkArgs {
                 ret_queue,
                 ret_ber,
                 ret_per,
-                ret_gilbert
+                ret_gilbert,
+                ret_loss
             ),
             outage: OutageSpec {
                 every: self.outage_every.clone(),

@@ -4,7 +4,7 @@
 //! Directions use satellite terms: **forward** is gateway → terminal (towards the user, the
 //! download direction), **return** is terminal → gateway.
 
-use crate::loss::{Gilbert, LossConfig};
+use crate::loss::{LossConfig, LossSpec};
 use crate::presets;
 use crate::trace::Trace;
 use crate::units::{fmt_ms, fmt_rate, parse_duration_ns, parse_queue, parse_rate, QueueSpec};
@@ -42,71 +42,15 @@ pub struct DirectionSpec {
     pub reorder: Option<bool>,
     /// Queue limit: "33KB", "100p" or "150%" of the bandwidth-delay product.
     pub queue: Option<String>,
-    /// Bit error rate in [0, 1).
-    pub ber: Option<f64>,
-    /// Packet error rate in [0, 1).
-    pub per: Option<f64>,
-    /// Gilbert–Elliott burst loss.
-    pub gilbert: Option<GilbertSpec>,
+    /// Loss processes, one key each (`ber`, `per`, `gilbert`, …: see [`crate::loss`]).
+    #[serde(flatten)]
+    pub loss: LossSpec,
     /// A built-in delay trace (presets such as `leo`); not settable from files.
     #[serde(skip)]
     pub builtin_delay_trace: Option<Trace>,
     /// A built-in rate trace (presets such as `geo-fade`); not settable from files.
     #[serde(skip)]
     pub builtin_rate_trace: Option<Trace>,
-}
-
-/// Gilbert–Elliott parameters as written by a user.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct GilbertSpec {
-    /// Good → bad transition probability per frame.
-    pub p: f64,
-    /// Bad → good transition probability per frame (mean burst = 1/r frames).
-    pub r: f64,
-    /// Loss probability in the good state (default 0).
-    #[serde(default)]
-    pub loss_good: f64,
-    /// Loss probability in the bad state (default 1).
-    #[serde(default = "one")]
-    pub loss_bad: f64,
-}
-fn one() -> f64 {
-    1.0
-}
-
-impl std::str::FromStr for GilbertSpec {
-    type Err = String;
-    /// Parses `p=0.01,r=0.2[,loss_bad=0.8][,loss_good=0]`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (mut p, mut r, mut good, mut bad) = (None, None, 0.0, 1.0);
-        for part in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| format!("'{part}': expected key=value"))?;
-            let v: f64 = v
-                .trim()
-                .parse()
-                .map_err(|_| format!("'{part}': '{v}' is not a number"))?;
-            match k.trim() {
-                "p" => p = Some(v),
-                "r" => r = Some(v),
-                "loss_good" => good = v,
-                "loss_bad" => bad = v,
-                other => {
-                    return Err(format!(
-                        "unknown Gilbert–Elliott key '{other}' (use p, r, loss_good, loss_bad)"
-                    ))
-                }
-            }
-        }
-        Ok(GilbertSpec {
-            p: p.ok_or("Gilbert–Elliott needs p= (good→bad probability)")?,
-            r: r.ok_or("Gilbert–Elliott needs r= (bad→good probability)")?,
-            loss_good: good,
-            loss_bad: bad,
-        })
-    }
 }
 
 /// Scheduled link outages as written by a user (both directions go down together).
@@ -180,12 +124,10 @@ impl DirectionSpec {
             jitter,
             reorder,
             queue,
-            ber,
-            per,
-            gilbert,
             builtin_delay_trace,
             builtin_rate_trace
         );
+        self.loss.overlay(&o.loss);
     }
 }
 
@@ -358,15 +300,6 @@ struct PartialDir {
     delay: DelaySource,
 }
 
-fn check_prob(dir: &str, key: &str, v: f64, upper_inclusive: bool) -> Result<f64, String> {
-    let ok = v >= 0.0 && if upper_inclusive { v <= 1.0 } else { v < 1.0 };
-    if !ok || !v.is_finite() {
-        let range = if upper_inclusive { "[0, 1]" } else { "[0, 1)" };
-        return Err(format!("{dir} {key} {v} is outside {range}"));
-    }
-    Ok(v)
-}
-
 impl PartialDir {
     fn resolve(dir: &str, s: &DirectionSpec) -> Result<PartialDir, String> {
         let rate = match (&s.rate, &s.rate_trace) {
@@ -448,29 +381,7 @@ impl PartialDir {
                 }
             },
         };
-        let gilbert = match s.gilbert {
-            None => None,
-            Some(g) => {
-                let in_unit = |x: f64| x > 0.0 && x <= 1.0;
-                if !in_unit(g.p) || !in_unit(g.r) {
-                    return Err(format!(
-                        "{dir} gilbert: p and r must be in (0, 1] (got p={}, r={})",
-                        g.p, g.r
-                    ));
-                }
-                Some(Gilbert {
-                    p: g.p,
-                    r: g.r,
-                    loss_good: check_prob(dir, "gilbert loss_good", g.loss_good, true)?,
-                    loss_bad: check_prob(dir, "gilbert loss_bad", g.loss_bad, true)?,
-                })
-            }
-        };
-        let loss = LossConfig {
-            ber: check_prob(dir, "ber", s.ber.unwrap_or(0.0), false)?,
-            per: check_prob(dir, "per", s.per.unwrap_or(0.0), false)?,
-            gilbert,
-        };
+        let loss = s.loss.resolve(dir)?;
         Ok(DirectionConfig {
             rate: self.rate,
             overhead,
@@ -615,18 +526,7 @@ impl DirectionConfig {
                 if self.reorder { " (reordering)" } else { "" }
             );
         }
-        if self.loss.ber > 0.0 {
-            s += &format!(", BER {:e}", self.loss.ber);
-        }
-        if self.loss.per > 0.0 {
-            s += &format!(", PER {}", self.loss.per);
-        }
-        if let Some(g) = self.loss.gilbert {
-            s += &format!(
-                ", Gilbert-Elliott p={} r={} loss {}/{}",
-                g.p, g.r, g.loss_good, g.loss_bad
-            );
-        }
+        s += &self.loss.describe();
         s
     }
 }
@@ -645,8 +545,8 @@ mod tests {
         let cfg = LinkSpec::layered(&[&user]).unwrap().resolve().unwrap();
         assert_eq!(cfg.forward.rate, RateSource::Fixed(50e6));
         assert_eq!(cfg.ret.rate, RateSource::Fixed(5e6));
-        assert_eq!(cfg.forward.loss.ber, 1e-6);
-        assert_eq!(cfg.ret.loss.ber, 0.0);
+        assert_eq!(cfg.forward.loss.ber.map(|b| b.ber), Some(1e-6));
+        assert_eq!(cfg.ret.loss.ber, None);
         assert_eq!(cfg.forward.delay, DelaySource::Fixed(280_000_000));
         // 100 % BDP of 50 Mbit/s × 560 ms.
         assert_eq!(cfg.forward.queue, QueueLimit::Bytes(3_500_000));
@@ -705,16 +605,5 @@ mod tests {
         assert!(o.overlaps(62.0 * s_, 62.1 * s_));
         assert!(!o.overlaps(65.0 * s_, 119.0 * s_));
         assert!(o.overlaps(119.0 * s_, 120.0 * s_));
-    }
-
-    #[test]
-    fn gilbert_from_flag() {
-        let g: GilbertSpec = "p=0.01, r=0.25,loss_bad=0.5".parse().unwrap();
-        assert_eq!((g.p, g.r, g.loss_good, g.loss_bad), (0.01, 0.25, 0.0, 0.5));
-        assert!("p=0.1".parse::<GilbertSpec>().unwrap_err().contains("r="));
-        assert!("p=0.1,r=0.1,x=1"
-            .parse::<GilbertSpec>()
-            .unwrap_err()
-            .contains("'x'"));
     }
 }

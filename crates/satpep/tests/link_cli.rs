@@ -45,6 +45,23 @@ fn bad_values_are_named() {
     fails_with(&["--check", "--rate", "1Mbit", "--queue", "0"], "queue");
     fails_with(&["--check", "--preset", "mars"], "unknown preset 'mars'");
     fails_with(&["--check", "--rate", "1Mbit", "--gilbert", "p=0.1"], "r=");
+    // Any loss process by its name.
+    fails_with(
+        &["--check", "--rate", "1Mbit", "--loss", "gilbert:p=0.1"],
+        "r=",
+    );
+    fails_with(
+        &["--check", "--rate", "1Mbit", "--loss", "fade:0.1"],
+        "unknown loss process 'fade' (known: ber, per, gilbert)",
+    );
+    fails_with(
+        &["--check", "--rate", "1Mbit", "--loss", "0.1"],
+        "NAME:SPEC",
+    );
+    fails_with(
+        &["--check", "--rate", "1Mbit", "--ret-loss", "per:2"],
+        "return per 2 is outside [0, 1)",
+    );
     fails_with(&["--check", "--rate", "1Mbit", "--down", "5s"], "FROM..TO");
     fails_with(
         &["--check", "--rate", "1Mbit", "--outage-every", "10s"],
@@ -96,17 +113,28 @@ fn check_prints_the_resolved_link() {
             "2Mbit",
             "--fwd-ber",
             "1e-6",
+            "--ret-loss",
+            "gilbert:p=0.01,r=0.5",
+            "--loss",
+            "per:0.001",
         ])
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(
-        s.contains("forward: 500 kbit/s, delay 264 ms, queue 33000 B, BER 1e-6"),
+        s.contains("forward: 500 kbit/s, delay 264 ms, queue 33000 B, BER 1e-6, PER 0.001\n"),
         "{s}"
     );
     assert!(
-        s.contains("return:  2 Mbit/s, delay 264 ms, queue 33000 B"),
+        s.contains(
+            "return:  2 Mbit/s, delay 264 ms, queue 33000 B, PER 0.001, \
+             Gilbert-Elliott p=0.01 r=0.5 loss 0/1\n"
+        ),
         "{s}"
     );
 }
@@ -293,6 +321,7 @@ fn every_subcommand_has_help() {
         "--fwd-rate",
         "--ret-delay",
         "--gilbert",
+        "--fwd-loss",
         "--outage-every",
         "--rate-trace",
         "--seed",
