@@ -2,7 +2,7 @@
 //! test datagrams the moment they leave the link. Rates measured there are the link's alone,
 //! not limited by how fast a receiving application can read on a small machine.
 
-use crate::sys::run;
+use crate::sys::{run_in, run_stdin_in};
 use crate::topology::{Host, Lab};
 
 const TABLE: &str = "satpep_sink";
@@ -20,24 +20,16 @@ impl Sink {
         let rules = format!(
             "table netdev {TABLE} {{\n counter sink {{}}\n chain ingress {{ type filter hook ingress device \"to-link\" priority -500; udp dport {port} udp length > 100 counter name sink drop; }}\n}}\n"
         );
-        let path = std::env::temp_dir().join(format!("satpep-sink-{}.nft", std::process::id()));
-        std::fs::write(&path, rules).map_err(|e| e.to_string())?;
-        let r = run(
-            "ip",
-            &["netns", "exec", &ns, "nft", "-f", path.to_str().unwrap()],
-        );
-        let _ = std::fs::remove_file(&path);
-        r?;
+        run_stdin_in(&ns, "nft", &["-f", "-"], &rules, &format!("nft in {ns}"))?;
         Ok(Sink { ns })
     }
 
     /// (packets, bytes) counted so far; bytes exclude the 14-byte Ethernet header.
     pub fn read(&self) -> Result<(u64, u64), String> {
-        let out = run(
-            "ip",
-            &[
-                "netns", "exec", &self.ns, "nft", "-j", "list", "counter", "netdev", TABLE, "sink",
-            ],
+        let out = run_in(
+            &self.ns,
+            "nft",
+            &["-j", "list", "counter", "netdev", TABLE, "sink"],
         )?;
         let v: serde_json::Value =
             serde_json::from_str(&out).map_err(|e| format!("nft output: {e}"))?;
@@ -51,11 +43,6 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        let _ = run(
-            "ip",
-            &[
-                "netns", "exec", &self.ns, "nft", "delete", "table", "netdev", TABLE,
-            ],
-        );
+        let _ = run_in(&self.ns, "nft", &["delete", "table", "netdev", TABLE]);
     }
 }

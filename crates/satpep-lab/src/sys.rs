@@ -4,6 +4,34 @@
 
 use std::process::{Command, Output, Stdio};
 
+/// A command that runs `prog` inside the network namespace `ns` (`ip netns exec`): the one
+/// place the lab builds such a command line.
+pub fn in_ns(ns: &str, prog: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(prog);
+    c
+}
+
+/// [`run`] inside the network namespace `ns`.
+pub fn run_in(ns: &str, prog: &str, args: &[&str]) -> Result<String, String> {
+    let mut a = vec!["netns", "exec", ns, prog];
+    a.extend_from_slice(args);
+    run("ip", &a)
+}
+
+/// [`run_stdin`] inside the network namespace `ns`.
+pub fn run_stdin_in(
+    ns: &str,
+    prog: &str,
+    args: &[&str],
+    input: &str,
+    what: &str,
+) -> Result<(), String> {
+    let mut a = vec!["netns", "exec", ns, prog];
+    a.extend_from_slice(args);
+    run_stdin("ip", &a, input, what)
+}
+
 /// Runs `prog args…` and returns stdout; an error names the command and quotes its stderr.
 pub fn run(prog: &str, args: &[&str]) -> Result<String, String> {
     let out = output(prog, args)?;

@@ -9,7 +9,7 @@
 //! and log), written before anything is created, so `satpep lab down NAME` can remove a lab
 //! whatever killed the process that built it.
 
-use crate::sys::{ip_batch, require_root, run, run_stdin};
+use crate::sys::{ip_batch, require_root, run};
 use satpep_link::config::LinkSpec;
 use satpep_link::stats::LinkSnapshot;
 use satpep_proxy::config::ProxyFile;
@@ -697,17 +697,13 @@ impl Lab {
     }
 
     /// A command that runs `prog` inside `host`'s namespace.
-    pub fn command(&self, host: Host, prog: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns(host), prog]);
-        c
+    pub fn command(&self, host: Host, prog: impl AsRef<std::ffi::OsStr>) -> Command {
+        crate::sys::in_ns(&self.ns(host), prog)
     }
 
-    fn ns_run(&self, host: Host, prog: &str, args: &[&str]) -> Result<String, String> {
-        let ns = self.ns(host);
-        let mut a = vec!["netns", "exec", ns.as_str(), prog];
-        a.extend_from_slice(args);
-        run("ip", &a)
+    /// Runs `prog args…` inside `host`'s namespace and returns stdout.
+    pub fn run_in(&self, host: Host, prog: &str, args: &[&str]) -> Result<String, String> {
+        crate::sys::run_in(&self.ns(host), prog, args)
     }
 
     fn build(&mut self) -> Result<(), String> {
@@ -832,7 +828,7 @@ impl Lab {
         // Frames crossing the userspace emulator must be whole, checksummed wire frames:
         // no TSO/GSO super-frames and no checksums left for hardware on the routers' side.
         for host in [Host::Terminal, Host::Gateway] {
-            self.ns_run(
+            self.run_in(
                 host,
                 "ethtool",
                 &[
@@ -846,18 +842,13 @@ impl Lab {
     /// Loads an nftables ruleset into `host`.
     fn nft(&self, host: Host, rules: &str) -> Result<(), String> {
         let ns = self.ns(host);
-        run_stdin(
-            "ip",
-            &["netns", "exec", &ns, "nft", "-f", "-"],
-            rules,
-            &format!("nft in {ns}"),
-        )
+        crate::sys::run_stdin_in(&ns, "nft", &["-f", "-"], rules, &format!("nft in {ns}"))
     }
 
     fn sysctls(&self, ns: &str, kv: &[&str]) -> Result<(), String> {
-        let mut a = vec!["netns", "exec", ns, "sysctl", "-q", "-w"];
+        let mut a = vec!["-q", "-w"];
         a.extend_from_slice(kv);
-        run("ip", &a).map(|_| ())
+        crate::sys::run_in(ns, "sysctl", &a).map(|_| ())
     }
 
     /// Replaces the emulator by a plain kernel bridge: the baseline a benchmark subtracts to
@@ -883,7 +874,7 @@ impl Lab {
     pub fn set_link_offloads(&self, on: bool) -> Result<(), String> {
         let v = if on { "on" } else { "off" };
         for host in [Host::Terminal, Host::Gateway] {
-            self.ns_run(
+            self.run_in(
                 host,
                 "ethtool",
                 &["-K", "to-link", "tso", v, "gso", v, "tx", v],
@@ -905,10 +896,8 @@ impl Lab {
         use std::os::unix::process::CommandExt;
         let logf = std::fs::File::create(log)
             .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns(host)])
-            .arg(&self.satpep_bin)
-            .args(args)
+        let mut cmd = self.command(host, &self.satpep_bin);
+        cmd.args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(logf.try_clone().map_err(|e| e.to_string())?)
@@ -1149,7 +1138,7 @@ impl Lab {
     pub fn check_path(&self) -> Result<(), String> {
         for dst in [SERVER_V4, SERVER_V6] {
             let ok = (0..5).any(|_| {
-                self.ns_run(Host::Client, "ping", &["-c", "1", "-W", "3", "-q", dst])
+                self.run_in(Host::Client, "ping", &["-c", "1", "-W", "3", "-q", dst])
                     .is_ok()
             });
             if !ok {

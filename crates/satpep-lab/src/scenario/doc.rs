@@ -1,13 +1,29 @@
 //! A report written once and rendered twice: Markdown (report.md, the terminal) and one
-//! self-contained HTML page (report.html, plots inlined).
+//! self-contained HTML page (report.html, plots inlined). Its tables are kept as well, for
+//! tables.json and one CSV file each.
 
 use super::report::Table;
+use serde::Serialize;
 use std::fmt::Write as _;
 
 /// The report being written.
 pub struct Doc {
     md: String,
     html: String,
+    section: String,
+    tables: Vec<DocTable>,
+}
+
+/// A table as the report shows it, with where it stands.
+#[derive(Debug, Clone, Serialize)]
+pub struct DocTable {
+    /// The level-2 heading it stands under (a part), empty before the first.
+    pub section: String,
+    /// Its own heading.
+    pub title: String,
+    /// The table.
+    #[serde(flatten)]
+    pub table: Table,
 }
 
 /// `s` with HTML's special characters escaped.
@@ -30,11 +46,16 @@ impl Doc {
         Doc {
             md: format!("# {title}\n\n"),
             html,
+            section: String::new(),
+            tables: Vec::new(),
         }
     }
 
     /// A heading of `level` (2 or more; the title is 1).
     pub fn heading(&mut self, level: usize, text: &str) {
+        if level == 2 {
+            self.section = text.to_string();
+        }
         let _ = writeln!(self.md, "{} {text}\n", "#".repeat(level));
         let _ = writeln!(self.html, "<h{level}>{}</h{level}>", esc(text));
     }
@@ -54,6 +75,16 @@ impl Doc {
             esc(title),
             t.html()
         );
+        self.tables.push(DocTable {
+            section: self.section.clone(),
+            title: title.to_string(),
+            table: t.clone(),
+        });
+    }
+
+    /// The tables so far, in order.
+    pub fn tables(&self) -> &[DocTable] {
+        &self.tables
     }
 
     /// A plot: linked image in Markdown, the SVG `svg` inlined in HTML under its caption.
@@ -117,6 +148,11 @@ mod tests {
             },
         );
         d.list(&["one".into()]);
+        assert_eq!(d.tables().len(), 1);
+        assert_eq!(
+            (d.tables()[0].section.as_str(), d.tables()[0].title.as_str()),
+            ("part a", "tab")
+        );
         let (md, html) = d.finish();
         assert!(md.starts_with("# T <1>\n"), "{md}");
         assert!(

@@ -29,7 +29,7 @@ pub struct HostTuner {
 }
 
 fn sysctl_get(lab: &Lab, host: Host, key: &str) -> Result<String, String> {
-    run("ip", &["netns", "exec", &lab.ns(host), "sysctl", "-n", key])
+    lab.run_in(host, "sysctl", &["-n", key])
         .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 

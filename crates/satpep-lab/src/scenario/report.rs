@@ -6,7 +6,7 @@ use super::doc::{esc, Doc};
 use super::plot::{write_line_plot, write_stacked, Line, LinePlot};
 use super::spec::{CellSpec, Metric, Part, PepMode, Scenario};
 use super::stats::Summary;
-use super::traffic::RunRecord;
+use super::traffic::{RunRecord, SocketSample};
 use super::tunnel_state::TunnelSample;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -479,7 +479,9 @@ fn fmt_count(s: &Summary) -> String {
     }
 }
 
-/// A table: header and rows of cells.
+/// A table: header and rows of cells. The report renders it as Markdown and HTML, and keeps
+/// each as CSV (tables/) and JSON (tables.json) for scripts.
+#[derive(Debug, Clone, Serialize)]
 pub struct Table {
     /// Column headings.
     pub header: Vec<String>,
@@ -501,6 +503,16 @@ impl Table {
             let _ = writeln!(s, "| {} |", r.join(" | "));
         }
         s
+    }
+
+    /// As CSV: the header, then the rows, quoted where needed.
+    pub fn csv(&self) -> String {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let _ = w.write_record(&self.header);
+        for r in &self.rows {
+            let _ = w.write_record(r);
+        }
+        String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
     }
 
     /// As an HTML table.
@@ -1175,17 +1187,53 @@ pub fn write_all(sc: &Scenario, out: &Path, runs: &[RunRecord]) -> Result<String
     }
     problems(&mut doc, sc, runs);
     doc.para(FILES);
+    write_tables(out, doc.tables())?;
     let (md, html) = doc.finish();
     w("report.md", md.clone())?;
     w("report.html", html)?;
     Ok(md)
 }
 
+/// The report's tables as tables.json and tables/NN-section-title.csv (one file each, numbered
+/// in the report's order; stale files from an earlier report removed).
+fn write_tables(out: &Path, tables: &[super::doc::DocTable]) -> Result<(), String> {
+    let dir = out.join("tables");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (i, t) in tables.iter().enumerate() {
+        let slug: String = format!("{}-{}", t.section, t.title)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let slug = slug
+            .split('-')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>();
+        let name = format!(
+            "{:02}-{}.csv",
+            i + 1,
+            slug.join("-").chars().take(60).collect::<String>()
+        );
+        std::fs::write(dir.join(&name), t.table.csv())
+            .map_err(|e| format!("cannot write tables/{name}: {e}"))?;
+    }
+    let json = serde_json::to_string_pretty(tables).unwrap_or_default();
+    std::fs::write(out.join("tables.json"), json)
+        .map_err(|e| format!("cannot write tables.json: {e}"))
+}
+
 /// What the results directory holds, as the report's last line says it.
 const FILES: &str = "Files: runs.csv (one row per run), summary.csv (per cell), series.csv \
     (goodput per flow per second), sockets.csv (satellite-leg sender's cwnd, RTT and controller \
     every 0.5 s), tunnel.csv (tunnel mode: the tunnel's window, RTT, rate model, phase and \
-    packet counters every 0.5 s), results.json (all of it), metric-*.svg/png, cdf-*.svg/png, series/*.svg, \
+    packet counters every 0.5 s), results.json (all of it), tables.json and tables/*.csv (the \
+    report's tables), metric-*.svg/png, cdf-*.svg/png, series/*.svg, \
     report.html. Column names end in their unit (_bps, _s, _ms, _pct, _frac, _segments, _bytes).";
 
 /// A sweep point as `label=value; …`.
@@ -1199,143 +1247,171 @@ fn point_of(sc: &Scenario, cell: usize) -> String {
         .join("; ")
 }
 
+/// A CSV column: its name (ending in its unit) and how a row gives its value.
+type Col<'a, T> = (&'static str, Box<dyn Fn(&T) -> String + 'a>);
+
+/// Columns of `T` rows: `cols![T; "name" => |r| value, …]`.
+macro_rules! cols {
+    ($t:ty; $($name:literal => |$r:ident| $e:expr),+ $(,)?) => {
+        [$(($name, Box::new(move |$r: &$t| $e) as Box<dyn Fn(&$t) -> String>)),+]
+    };
+}
+
+/// `rows` as CSV (the csv crate quotes what needs quoting), the header from `cols` so that a
+/// column's name and its value cannot drift apart.
+fn csv_table<T>(rows: impl IntoIterator<Item = T>, cols: &[Col<'_, T>]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let _ = w.write_record(cols.iter().map(|c| c.0));
+    for r in rows {
+        let _ = w.write_record(cols.iter().map(|c| (c.1)(&r)));
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
 /// The CSV files: one row per run, per cell, per flow interval, per socket sample. Every
-/// figure's column names its unit; a part's main metric goes to `goodput_bps` (bulk) or
-/// `time_s` (completion or response time), the other left empty.
+/// figure's column names its unit; a part's main metric goes to `goodput_bps` (bulk),
+/// `time_s` (completion, response or round-trip time) or `connects_per_s` (connections), the
+/// others left empty.
 fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'static str, String)> {
-    let split = |cell: usize, v: Option<f64>| -> (String, String) {
-        match sc.metric(sc.cells[cell].part) {
-            Metric::Goodput => (opt(v), String::new()),
-            Metric::Time | Metric::Latency | Metric::Rtt => (String::new(), opt(v)),
-            Metric::ConnectRate => (String::new(), String::new()),
+    // The main metric's value `v` of `cell` if its metric is `want`, else empty.
+    let main = |want: fn(Metric) -> bool, cell: usize, v: Option<f64>| {
+        if want(sc.metric(sc.cells[cell].part)) {
+            opt(v)
+        } else {
+            String::new()
         }
     };
-    // The connections kind's rate, in a column of its own (last, so that others keep theirs).
-    let per_s = |cell: usize, v: f64| match sc.metric(sc.cells[cell].part) {
-        Metric::ConnectRate => opt(Some(v)),
-        _ => String::new(),
-    };
-    let mut runs_csv = String::from("cell,part,config,point,repetition,seed,metric,goodput_bps,time_s,utilization_frac,jain_index,leg_retransmits_segments,leg_cc,failures,errors,connects_per_s\n");
-    for r in runs {
-        let c = &sc.cells[r.cell];
-        let mean = Summary::of(&r.samples).mean;
-        let (g, t) = split(r.cell, Some(mean));
-        let _ = writeln!(
-            runs_csv,
-            "{},{},{},\"{}\",{},{},{},{g},{t},{},{},{},{},{},\"{}\",{}",
-            r.cell,
-            sc.parts[c.part].name,
-            c.config,
-            point_of(sc, r.cell),
-            r.repetition,
-            r.seed,
-            sc.metric(c.part).heading(),
-            opt(r.utilization),
-            opt(r.jain),
-            r.leg_retransmits,
-            leg_cc(&c.spec, &r.sockets),
-            r.failures,
-            r.errors.join("; ").replace('"', "'"),
-            per_s(r.cell, mean)
-        );
-    }
-    let mut summary = String::from("cell,part,config,point,runs,metric,goodput_bps_mean,goodput_bps_sd,goodput_bps_ci95,time_s_mean,time_s_sd,time_s_ci95,time_s_p50,time_s_p95,time_s_p99,utilization_frac,jain_index,leg_retransmits_segments,queue_p50_ms,queue_p95_ms,queue_p99_ms,cross_loss_pct,share_pct,response_p50_s,response_p95_s,response_p99_s,proxy_cpu_frac,proxy_cpu_s_per_gb,link_fwd_bytes_per_payload_byte,link_ret_bytes_per_payload_byte,udp_rate_error_pct,udp_lost_pct,udp_lost_expected_pct,emulator_cpu_user_pct,emulator_cpu_sys_pct,emulator_late_p99_ms,ping_min_ms,ping_avg_ms,ping_max_ms,ping_expected_ms,failures,reference_bps,reference_s,connects_per_s_mean\n");
-    let m = |s: &Summary| opt(Some(s.mean));
-    for r in res {
-        let (gm, tm) = split(r.cell, Some(r.metric.mean));
-        let (gs, ts) = split(r.cell, Some(r.metric.sd));
-        let (gc, tc) = split(r.cell, Some(r.metric.ci95));
-        let (rb, rs) = split(r.cell, r.reference);
-        let tp = |i: usize| match sc.metric(r.part).is_distribution() {
-            false => String::new(),
-            true => opt(Some(r.metric_pct[i])),
-        };
-        let _ = writeln!(
-            summary,
-            "{},{},{},\"{}\",{},{},{gm},{gs},{gc},{tm},{ts},{tc},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{rb},{rs},{}",
-            r.cell,
-            sc.parts[r.part].name,
-            r.config,
-            point_of(sc, r.cell),
-            r.runs,
-            sc.metric(r.part).heading(),
-            tp(0),
-            tp(1),
-            tp(2),
-            m(&r.utilization),
-            m(&r.jain),
-            m(&r.leg_retransmits),
-            m(&r.queue_p50),
-            m(&r.queue_p95),
-            m(&r.queue_p99),
-            m(&r.cross_loss),
-            m(&r.share),
-            m(&r.response_p50),
-            m(&r.response_p95),
-            m(&r.response_p99),
-            m(&r.proxy_cores),
-            m(&r.proxy_cpu_s_per_gb),
-            m(&r.link_fwd_per_byte),
-            m(&r.link_ret_per_byte),
-            m(&r.link_check.rate_error_pct),
-            opt(Some(r.link_check.loss_pct)),
-            opt(Some(r.link_check.loss_expected_pct)),
-            m(&r.link_check.cpu_user_pct),
-            m(&r.link_check.cpu_sys_pct),
-            m(&r.link_check.late_p99_ms),
-            m(&r.link_check.ping_min_ms),
-            m(&r.link_check.ping_avg_ms),
-            m(&r.link_check.ping_max_ms),
-            opt(Some(r.link_check.ping_expected_ms)),
-            r.failures,
-            per_s(r.cell, r.metric.mean),
-        );
-    }
-    let mut series = String::from("cell,repetition,flow,cc,t_s,bytes\n");
-    let mut sockets =
-        String::from("cell,repetition,flow,t_s,cwnd_segments,rtt_ms,retrans_segments,cc\n");
-    let mut tunnel = String::from(
-        "cell,repetition,t_s,window_bytes,rtt_ms,model_rate_bps,model_base_rtt_ms,phase,\
-         sent_packets,lost_packets,udp_tx_bytes,channel_loss\n",
+    let bulk = |m: Metric| m == Metric::Goodput;
+    let time = |m: Metric| matches!(m, Metric::Time | Metric::Latency | Metric::Rtt);
+    let rate = |m: Metric| m == Metric::ConnectRate;
+    let mean = |r: &RunRecord| Summary::of(&r.samples).mean;
+    let runs_csv = csv_table(
+        runs,
+        &cols![&RunRecord;
+            "cell" => |r| r.cell.to_string(),
+            "part" => |r| sc.parts[sc.cells[r.cell].part].name.clone(),
+            "config" => |r| sc.cells[r.cell].config.clone(),
+            "point" => |r| point_of(sc, r.cell),
+            "repetition" => |r| r.repetition.to_string(),
+            "seed" => |r| r.seed.to_string(),
+            "metric" => |r| sc.metric(sc.cells[r.cell].part).heading().to_string(),
+            "goodput_bps" => |r| main(bulk, r.cell, Some(mean(r))),
+            "time_s" => |r| main(time, r.cell, Some(mean(r))),
+            "utilization_frac" => |r| opt(r.utilization),
+            "jain_index" => |r| opt(r.jain),
+            "leg_retransmits_segments" => |r| r.leg_retransmits.to_string(),
+            "leg_cc" => |r| leg_cc(&sc.cells[r.cell].spec, &r.sockets),
+            "failures" => |r| r.failures.to_string(),
+            "errors" => |r| r.errors.join("; "),
+            "connects_per_s" => |r| main(rate, r.cell, Some(mean(r))),
+        ],
     );
-    for r in runs {
-        for (i, f) in r.flows.iter().enumerate() {
-            for (t, b) in &f.series {
-                let _ = writeln!(
-                    series,
-                    "{},{},{i},{},{t:.3},{b}",
-                    r.cell, r.repetition, f.cc
-                );
-            }
-        }
-        for s in &r.sockets {
-            let _ = writeln!(
-                sockets,
-                "{},{},{},{:.2},{},{},{},{}",
-                r.cell, r.repetition, s.flow, s.t, s.cwnd, s.rtt_ms, s.retrans, s.cc
-            );
-        }
-        for s in &r.tunnel {
-            let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.1}"));
-            let n = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-            let _ = writeln!(
-                tunnel,
-                "{},{},{:.2},{},{:.1},{},{},{},{},{},{},{}",
-                r.cell,
-                r.repetition,
-                s.t,
-                s.window_bytes,
-                s.rtt_ms,
-                o(s.model_rate_bps),
-                o(s.model_base_rtt_ms),
-                s.phase,
-                n(s.sent_packets),
-                n(s.lost_packets),
-                n(s.udp_tx_bytes),
-                s.channel_loss.map_or(String::new(), |v| format!("{v:.4}")),
-            );
-        }
-    }
+    let m = |s: &Summary| opt(Some(s.mean));
+    let pct = |r: &CellResult, i: usize| match sc.metric(r.part).is_distribution() {
+        false => String::new(),
+        true => opt(Some(r.metric_pct[i])),
+    };
+    let summary = csv_table(
+        res,
+        &cols![&CellResult;
+            "cell" => |r| r.cell.to_string(),
+            "part" => |r| sc.parts[r.part].name.clone(),
+            "config" => |r| r.config.clone(),
+            "point" => |r| point_of(sc, r.cell),
+            "runs" => |r| r.runs.to_string(),
+            "metric" => |r| sc.metric(r.part).heading().to_string(),
+            "goodput_bps_mean" => |r| main(bulk, r.cell, Some(r.metric.mean)),
+            "goodput_bps_sd" => |r| main(bulk, r.cell, Some(r.metric.sd)),
+            "goodput_bps_ci95" => |r| main(bulk, r.cell, Some(r.metric.ci95)),
+            "time_s_mean" => |r| main(time, r.cell, Some(r.metric.mean)),
+            "time_s_sd" => |r| main(time, r.cell, Some(r.metric.sd)),
+            "time_s_ci95" => |r| main(time, r.cell, Some(r.metric.ci95)),
+            "time_s_p50" => |r| pct(r, 0),
+            "time_s_p95" => |r| pct(r, 1),
+            "time_s_p99" => |r| pct(r, 2),
+            "utilization_frac" => |r| m(&r.utilization),
+            "jain_index" => |r| m(&r.jain),
+            "leg_retransmits_segments" => |r| m(&r.leg_retransmits),
+            "queue_p50_ms" => |r| m(&r.queue_p50),
+            "queue_p95_ms" => |r| m(&r.queue_p95),
+            "queue_p99_ms" => |r| m(&r.queue_p99),
+            "cross_loss_pct" => |r| m(&r.cross_loss),
+            "share_pct" => |r| m(&r.share),
+            "response_p50_s" => |r| m(&r.response_p50),
+            "response_p95_s" => |r| m(&r.response_p95),
+            "response_p99_s" => |r| m(&r.response_p99),
+            "proxy_cpu_frac" => |r| m(&r.proxy_cores),
+            "proxy_cpu_s_per_gb" => |r| m(&r.proxy_cpu_s_per_gb),
+            "link_fwd_bytes_per_payload_byte" => |r| m(&r.link_fwd_per_byte),
+            "link_ret_bytes_per_payload_byte" => |r| m(&r.link_ret_per_byte),
+            "udp_rate_error_pct" => |r| m(&r.link_check.rate_error_pct),
+            "udp_lost_pct" => |r| opt(Some(r.link_check.loss_pct)),
+            "udp_lost_expected_pct" => |r| opt(Some(r.link_check.loss_expected_pct)),
+            "emulator_cpu_user_pct" => |r| m(&r.link_check.cpu_user_pct),
+            "emulator_cpu_sys_pct" => |r| m(&r.link_check.cpu_sys_pct),
+            "emulator_late_p99_ms" => |r| m(&r.link_check.late_p99_ms),
+            "ping_min_ms" => |r| m(&r.link_check.ping_min_ms),
+            "ping_avg_ms" => |r| m(&r.link_check.ping_avg_ms),
+            "ping_max_ms" => |r| m(&r.link_check.ping_max_ms),
+            "ping_expected_ms" => |r| opt(Some(r.link_check.ping_expected_ms)),
+            "failures" => |r| r.failures.to_string(),
+            "reference_bps" => |r| main(bulk, r.cell, r.reference),
+            "reference_s" => |r| main(time, r.cell, r.reference),
+            "connects_per_s_mean" => |r| main(rate, r.cell, Some(r.metric.mean)),
+        ],
+    );
+    let intervals = runs.iter().flat_map(|r| {
+        r.flows.iter().enumerate().flat_map(move |(i, f)| {
+            f.series
+                .iter()
+                .map(move |&(t, b)| (r, i, f.cc.as_str(), t, b))
+        })
+    });
+    let series = csv_table(
+        intervals,
+        &cols![(&RunRecord, usize, &str, f64, u64);
+            "cell" => |x| x.0.cell.to_string(),
+            "repetition" => |x| x.0.repetition.to_string(),
+            "flow" => |x| x.1.to_string(),
+            "cc" => |x| x.2.to_string(),
+            "t_s" => |x| format!("{:.3}", x.3),
+            "bytes" => |x| x.4.to_string(),
+        ],
+    );
+    let sockets = csv_table(
+        runs.iter()
+            .flat_map(|r| r.sockets.iter().map(move |s| (r, s))),
+        &cols![(&RunRecord, &SocketSample);
+            "cell" => |x| x.0.cell.to_string(),
+            "repetition" => |x| x.0.repetition.to_string(),
+            "flow" => |x| x.1.flow.to_string(),
+            "t_s" => |x| format!("{:.2}", x.1.t),
+            "cwnd_segments" => |x| x.1.cwnd.to_string(),
+            "rtt_ms" => |x| x.1.rtt_ms.to_string(),
+            "retrans_segments" => |x| x.1.retrans.to_string(),
+            "cc" => |x| x.1.cc.clone(),
+        ],
+    );
+    let o = |v: Option<f64>, digits: usize| v.map_or(String::new(), |v| format!("{v:.digits$}"));
+    let n = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+    let tunnel = csv_table(
+        runs.iter()
+            .flat_map(|r| r.tunnel.iter().map(move |s| (r, s))),
+        &cols![(&RunRecord, &TunnelSample);
+            "cell" => |x| x.0.cell.to_string(),
+            "repetition" => |x| x.0.repetition.to_string(),
+            "t_s" => |x| format!("{:.2}", x.1.t),
+            "window_bytes" => |x| x.1.window_bytes.to_string(),
+            "rtt_ms" => |x| format!("{:.1}", x.1.rtt_ms),
+            "model_rate_bps" => |x| o(x.1.model_rate_bps, 1),
+            "model_base_rtt_ms" => |x| o(x.1.model_base_rtt_ms, 1),
+            "phase" => |x| x.1.phase.to_string(),
+            "sent_packets" => |x| n(x.1.sent_packets),
+            "lost_packets" => |x| n(x.1.lost_packets),
+            "udp_tx_bytes" => |x| n(x.1.udp_tx_bytes),
+            "channel_loss" => |x| o(x.1.channel_loss, 4),
+        ],
+    );
     vec![
         ("runs.csv", runs_csv),
         ("summary.csv", summary),
@@ -2030,7 +2106,9 @@ source = "Doc 1999, Table 1"
         runs[6].samples.clear();
         runs[6].utilization = None;
         runs[6].failures = 1;
-        runs[6].errors.push("flow 0: connection reset".into());
+        runs[6]
+            .errors
+            .push("flow 0: connection reset, \"quoted\"".into());
         let dir = std::env::temp_dir().join(format!("satpep-report-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let md = write_all(&sc, &dir, &runs).unwrap();
@@ -2046,15 +2124,44 @@ source = "Doc 1999, Table 1"
         );
         assert!(md.contains("Doc 1999, Table 1"));
         assert!(md.contains("connection reset"));
+        // Every table the report shows is kept as CSV, and all of them in tables.json.
+        let tables: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("tables.json")).unwrap())
+                .unwrap();
+        let n = tables.as_array().unwrap().len();
+        assert!(
+            n >= 1 && n == md.matches("\n|---").count(),
+            "{n} tables in json\n{md}"
+        );
+        assert_eq!(std::fs::read_dir(dir.join("tables")).unwrap().count(), n);
+        let first = &tables[0];
+        let csv0 = std::fs::read_dir(dir.join("tables"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .min()
+            .unwrap();
+        let text = std::fs::read_to_string(&csv0).unwrap();
+        assert_eq!(
+            text.lines().next().unwrap().split(',').count(),
+            first["header"].as_array().unwrap().len(),
+            "{text}"
+        );
         let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
         assert_eq!(summary.lines().count(), 5);
-        let header: Vec<&str> = summary.lines().next().unwrap().split(',').collect();
-        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-        // The point's quotes hold no comma here, so a plain split finds the columns.
-        let row: Vec<&str> = summary.lines().nth(4).unwrap().split(',').collect();
-        assert_eq!(row.len(), header.len(), "{summary}");
-        assert_eq!(row[col("reference_bps")], "2500000", "{summary}");
-        assert_eq!(row[col("reference_s")], "", "{summary}");
+        let mut csv = csv::Reader::from_reader(summary.as_bytes());
+        let header = csv.headers().unwrap().clone();
+        let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+        let rows: Vec<csv::StringRecord> = csv.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows[3].len(), header.len(), "{summary}");
+        assert_eq!(&rows[3][col("reference_bps")], "2500000", "{summary}");
+        assert_eq!(&rows[3][col("reference_s")], "", "{summary}");
+        // A value holding the separator and quotes comes back whole.
+        let runs_csv = std::fs::read_to_string(dir.join("runs.csv")).unwrap();
+        let mut csv = csv::Reader::from_reader(runs_csv.as_bytes());
+        let header = csv.headers().unwrap().clone();
+        let errors = header.iter().position(|h| h == "errors").unwrap();
+        let rows: Vec<csv::StringRecord> = csv.records().map(|r| r.unwrap()).collect();
+        assert_eq!(&rows[6][errors], "flow 0: connection reset, \"quoted\"");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,6 +1,7 @@
 //! Mean, standard deviation and 95 % confidence interval of a cell's samples.
 
 use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, StudentsT};
 
 /// Summary of samples.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
@@ -15,20 +16,12 @@ pub struct Summary {
     pub ci95: f64,
 }
 
-/// Two-sided 95 % quantile of Student's t with `df` degrees of freedom.
+/// Two-sided 95 % quantile of Student's t with `df` degrees of freedom (statrs: exact for
+/// every `df`, where a typed-in table rounds between its rows). NaN for `df` = 0.
 pub fn t95(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => T[df - 1],
-        31..=60 => 2.000,
-        61..=120 => 1.980,
-        _ => 1.960,
-    }
+    StudentsT::new(0.0, 1.0, df as f64)
+        .map(|t| t.inverse_cdf(0.975))
+        .unwrap_or(f64::NAN)
 }
 
 impl Summary {
@@ -74,10 +67,21 @@ mod tests {
         assert!((s.mean - 5.0).abs() < 1e-12);
         // Sample variance 32/7.
         assert!((s.sd - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
-        assert!((s.ci95 - 2.365 * s.sd / 8f64.sqrt()).abs() < 1e-12);
+        // t(0.975, 7) = 2.36462 (tables give 2.365).
+        assert!((s.ci95 - 2.36462 * s.sd / 8f64.sqrt()).abs() < 1e-5 * s.sd);
         let one = Summary::of(&[3.0]);
         assert_eq!((one.n, one.mean, one.sd, one.ci95), (1, 3.0, 0.0, 0.0));
         assert!(Summary::of(&[]).mean.is_nan());
-        assert_eq!(t95(1000), 1.96);
+        for (df, t) in [
+            (1, 12.7062),
+            (2, 4.3027),
+            (4, 2.7764),
+            (30, 2.0423),
+            (40, 2.0211),
+        ] {
+            assert!((t95(df) - t).abs() < 1e-4, "t95({df}) = {}", t95(df));
+        }
+        assert!((t95(100_000) - 1.95998).abs() < 1e-4);
+        assert!(t95(0).is_nan());
     }
 }

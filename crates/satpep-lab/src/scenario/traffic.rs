@@ -212,8 +212,8 @@ impl<S: Default + Send + 'static> Poll<S> {
 /// `ss -tinH state established` in the host `ns`.
 fn ss_established(ns: String) -> impl FnMut() -> Option<String> + Send + 'static {
     move || {
-        std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, "ss", "-tinH", "state", "established"])
+        crate::sys::in_ns(&ns, "ss")
+            .args(["-tinH", "state", "established"])
             .output()
             .ok()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())

@@ -247,9 +247,8 @@ struct LoadServer {
 impl LoadServer {
     fn start(lab: &Lab, n: usize, port: u16) -> Result<LoadServer, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut child = std::process::Command::new("ip")
-            .args(["netns", "exec", &lab.ns(Host::Server)])
-            .arg(exe)
+        let mut child = lab
+            .command(Host::Server, exe)
             .args(["lab", "load-server", "--port", &port.to_string()])
             .args(["--count", &n.to_string()])
             .stdin(std::process::Stdio::piped())
@@ -414,6 +413,60 @@ fn measure(
     let mut server = LoadServer::start(lab, n, port)?;
     // 1. Connect.
     let addr: SocketAddr = format!("{SERVER_V4}:{port}").parse().unwrap();
+    let (mut clients, failures, connect_s) = connect_all(lab, n, addr)?;
+    let accepted = server.ask("accepted")?;
+    // Connections that bypassed at least one proxy: at least the larger count.
+    let bypassed = bypassed()
+        .iter()
+        .zip(&bypassed0)
+        .map(|(b, b0)| b.saturating_sub(*b0))
+        .max()
+        .unwrap_or(0);
+    phase()?; // echo
+
+    // 2. Echo one byte on each.
+    let echoed = echo_all(&mut clients, &mut server)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let s1 = sample(&pids);
+    phase()?; // busy
+
+    // 3. Busy: 16 KB down every connection at once, read and checked by the clients.
+    let (busy_intact, peak) = busy_all(&mut clients, &mut server, &pids)?;
+    phase()?; // closing
+
+    // 4. Close everything and wait for the proxies to let go.
+    let connected = clients.len();
+    drop(clients);
+    server.ask("close")?;
+    let (drain_s, s3) = wait_released(&pids, s0.fds);
+    destroy_leftovers(lab, port);
+    let per = |a: u64, b: u64, k: usize| (a as f64 - b as f64) / k.max(1) as f64;
+    Ok(ConnectionsRecord {
+        connections: n,
+        connected,
+        failed_connects: failures,
+        accepted: accepted as usize,
+        echoed,
+        busy_intact,
+        bypassed,
+        connects_per_s: connected as f64 / connect_s,
+        rss: [s0.rss, s1.rss, peak.rss, s3.rss],
+        fds: [s0.fds, s1.fds, peak.fds, s3.fds],
+        tcp_mem: [s0.tcp, s1.tcp, peak.tcp, s3.tcp],
+        rss_per_idle: per(s1.rss, s0.rss, connected),
+        rss_per_busy: per(peak.rss, s0.rss, connected),
+        tcp_mem_per_busy: per(peak.tcp, s0.tcp, connected),
+        drain_s,
+    })
+}
+
+/// Opens `n` connections to `addr` from the client host, `CONNECTORS` threads at a time:
+/// the connections, how many failed, and the seconds it took.
+fn connect_all(
+    lab: &Lab,
+    n: usize,
+    addr: SocketAddr,
+) -> Result<(Vec<TcpStream>, u64, f64), String> {
     let failures = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let connectors: Vec<_> = (0..CONNECTORS)
@@ -438,20 +491,14 @@ fn measure(
     for c in connectors {
         clients.extend(c.join().map_err(|_| "connector panicked".to_string())??);
     }
-    let connect_s = t0.elapsed().as_secs_f64();
-    let accepted = server.ask("accepted")?;
-    // Connections that bypassed at least one proxy: at least the larger count.
-    let bypassed = bypassed()
-        .iter()
-        .zip(&bypassed0)
-        .map(|(b, b0)| b.saturating_sub(*b0))
-        .max()
-        .unwrap_or(0);
-    phase()?; // echo
+    Ok((clients, failures.load(Relaxed), t0.elapsed().as_secs_f64()))
+}
 
-    // 2. Echo one byte on each.
+/// Sends one byte on every connection, has the server echo it, and counts the echoes that
+/// came back right.
+fn echo_all(clients: &mut [TcpStream], server: &mut LoadServer) -> Result<usize, String> {
     let mut sent = vec![false; clients.len()];
-    round_robin(&mut clients, Duration::from_secs(60), |i, s| {
+    round_robin(clients, Duration::from_secs(60), |i, s| {
         if !sent[i] {
             s.write_all(&[0x5a])?;
             sent[i] = true;
@@ -460,7 +507,7 @@ fn measure(
     });
     server.ask("echo")?;
     let mut echoed = 0usize;
-    round_robin(&mut clients, Duration::from_secs(60), |_, s| {
+    round_robin(clients, Duration::from_secs(60), |_, s| {
         let mut b = [0u8; 1];
         match s.read(&mut b)? {
             1 if b[0] == 0x5a => {
@@ -470,14 +517,19 @@ fn measure(
             _ => Err(ErrorKind::InvalidData.into()),
         }
     });
-    std::thread::sleep(Duration::from_secs(1));
-    let s1 = sample(&pids);
-    phase()?; // busy
+    Ok(echoed)
+}
 
-    // 4. Busy: 16 KB down every connection at once, read and checked by the clients.
+/// Has the server send 16 KB down every connection at once while the clients read and check
+/// it: the connections that got all of it intact, and the proxies' peak use meanwhile.
+fn busy_all(
+    clients: &mut [TcpStream],
+    server: &mut LoadServer,
+    pids: &[u32],
+) -> Result<(usize, Sample), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (stop, pids) = (stop.clone(), pids.clone());
+        let (stop, pids) = (stop.clone(), pids.to_vec());
         std::thread::spawn(move || {
             let mut peak = Sample {
                 rss: 0,
@@ -498,7 +550,7 @@ fn measure(
     let mut got = vec![0usize; clients.len()];
     let mut bad = vec![false; clients.len()];
     let mut buf = vec![0u8; BUSY_BYTES];
-    round_robin(&mut clients, Duration::from_secs(300), |i, s| {
+    round_robin(clients, Duration::from_secs(300), |i, s| {
         let k = s.read(&mut buf[..BUSY_BYTES - got[i]])?;
         if k == 0 {
             return Err(ErrorKind::UnexpectedEof.into());
@@ -509,58 +561,41 @@ fn measure(
         got[i] += k;
         Ok(got[i] == BUSY_BYTES)
     });
-    let busy_intact = got
+    let intact = got
         .iter()
         .zip(&bad)
         .filter(|(g, b)| **g == BUSY_BYTES && !**b)
         .count();
-    server.ask("busy")?;
+    let answered = server.ask("busy");
     stop.store(true, Relaxed);
     let peak = sampler.join().map_err(|_| "sampler panicked".to_string())?;
-    phase()?; // closing
+    answered?;
+    Ok((intact, peak))
+}
 
-    // 5. Close everything and wait for the proxies to let go.
-    let connected = clients.len();
-    drop(clients);
-    server.ask("close")?;
+/// Waits up to 60 s for the proxies' descriptors to come back to `fds0` after the close: the
+/// seconds it took (None if they did not), and the proxies' use once settled.
+fn wait_released(pids: &[u32], fds0: u64) -> (Option<f64>, Sample) {
     let t_close = Instant::now();
     let mut drain_s = None;
     while t_close.elapsed() < Duration::from_secs(60) {
-        if sample(&pids).fds <= s0.fds {
+        if sample(pids).fds <= fds0 {
             drain_s = Some(t_close.elapsed().as_secs_f64());
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_secs(1));
-    let mut s3 = sample(&pids);
+    let mut s3 = sample(pids);
     // A descriptor or two may still open and close after the drain (the test saw five a
     // second later, in 2 of about 8 runs of the tunnel); a leak is one that stays: up to
     // 10 s more for the count to come back.
     let t_settle = Instant::now();
-    while s3.fds > s0.fds && t_settle.elapsed() < Duration::from_secs(10) {
+    while s3.fds > fds0 && t_settle.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(100));
-        s3 = sample(&pids);
+        s3 = sample(pids);
     }
-    destroy_leftovers(lab, port);
-    let per = |a: u64, b: u64, k: usize| (a as f64 - b as f64) / k.max(1) as f64;
-    Ok(ConnectionsRecord {
-        connections: n,
-        connected,
-        failed_connects: failures.load(Relaxed),
-        accepted: accepted as usize,
-        echoed,
-        busy_intact,
-        bypassed,
-        connects_per_s: connected as f64 / connect_s,
-        rss: [s0.rss, s1.rss, peak.rss, s3.rss],
-        fds: [s0.fds, s1.fds, peak.fds, s3.fds],
-        tcp_mem: [s0.tcp, s1.tcp, peak.tcp, s3.tcp],
-        rss_per_idle: per(s1.rss, s0.rss, connected),
-        rss_per_busy: per(peak.rss, s0.rss, connected),
-        tcp_mem_per_busy: per(peak.tcp, s0.tcp, connected),
-        drain_s,
-    })
+    (drain_s, s3)
 }
 
 /// Destroys what the kernel still holds of a run's connections once its figures are taken:

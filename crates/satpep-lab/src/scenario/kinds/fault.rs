@@ -13,7 +13,7 @@ use crate::topology::{Host, Lab, SERVER_V4};
 use satpep_link::config::LinkSpec;
 use serde::{Deserialize, Serialize};
 use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -393,9 +393,8 @@ fn has_table(lab: &Lab, host: Host) -> bool {
 /// A crash server: this program in the server namespace, sending forever, never reading.
 fn spawn_crash_server(lab: &Lab, port: u16) -> Result<std::process::Child, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut c = Command::new("ip")
-        .args(["netns", "exec", &lab.ns(Host::Server)])
-        .arg(exe)
+    let mut c = lab
+        .command(Host::Server, exe)
         .args([
             "lab",
             "fault-server",
