@@ -62,7 +62,7 @@ fn up_exec_stats_down() {
     assert!(run_ok(&["lab", "list"]).lines().any(|l| l == n));
     run_ok(&["lab", "down", &n]);
     assert!(namespaces_with(&format!("sp-{n}-")).is_empty());
-    assert!(!std::path::Path::new(&format!("/run/satpep/lab/{n}")).exists());
+    assert!(!satpep_lab::topology::state_dir(&n).exists());
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn down_cleans_up_after_a_crashed_emulator_and_a_half_built_lab() {
     let n = name("crash");
     run_ok(&["lab", "up", &n, "--rate", "10Mbit", "--no-check"]);
     let state: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(format!("/run/satpep/lab/{n}/state.json")).unwrap(),
+        &std::fs::read_to_string(satpep_lab::topology::state_dir(&n).join("state.json")).unwrap(),
     )
     .unwrap();
     let pid = state["emulator_pid"].as_u64().unwrap() as i32;
@@ -132,7 +132,7 @@ fn a_failed_up_leaves_nothing() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/trace"));
     assert!(namespaces_with(&format!("sp-{n}-")).is_empty());
-    assert!(!std::path::Path::new(&format!("/run/satpep/lab/{n}")).exists());
+    assert!(!satpep_lab::topology::state_dir(&n).exists());
     // Bad names and hosts are named.
     let out = satpep()
         .args(["lab", "up", "Bad/Name", "--rate", "1Mbit"])

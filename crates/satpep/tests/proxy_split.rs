@@ -58,8 +58,10 @@ fn server_sees_the_client_and_bytes_arrive_intact_both_ways_with_half_close() {
         );
     }
     // Both connections went through the proxies.
-    let log =
-        std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name)).unwrap();
+    let log = std::fs::read_to_string(
+        satpep_lab::topology::state_dir(&lab.name).join("proxy-gateway.log"),
+    )
+    .unwrap();
     assert!(log.matches(" split").count() >= 2, "{log}");
 }
 
@@ -282,9 +284,9 @@ fn gateway_splits(lab: &Lab) -> usize {
 
 /// The pid of the proxy on `host` ("terminal" or "gateway"), found by its config file.
 fn proxy_pid(lab: &Lab, host: &str) -> i32 {
-    let file = format!("/run/satpep/lab/{}/proxy-{host}.toml", lab.name);
+    let file = satpep_lab::topology::state_dir(&lab.name).join(format!("proxy-{host}.toml"));
     let out = std::process::Command::new("pgrep")
-        .args(["-f", &file])
+        .args(["-f", file.to_str().unwrap()])
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -398,8 +400,8 @@ fn past_the_memory_limit_connections_bypass_and_keep_working() {
             while s.write_all(&chunk).is_ok() {}
         }
     });
-    let gw_log = format!("/run/satpep/lab/{}/proxy-gateway.log", lab.name);
-    let term_log = format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name);
+    let gw_log = satpep_lab::topology::state_dir(&lab.name).join("proxy-gateway.log");
+    let term_log = satpep_lab::topology::state_dir(&lab.name).join("proxy-terminal.log");
     let log = move || std::fs::read_to_string(&gw_log).unwrap();
     let splits = {
         let log = log.clone();
@@ -803,8 +805,10 @@ fn strict_handshake_answers_the_client_as_the_server_did() {
     // Transparent as in fast mode.
     let peer = server.join().unwrap();
     assert_eq!(peer.ip().to_canonical().to_string(), "198.18.1.2");
-    let log = std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name))
-        .unwrap();
+    let log = std::fs::read_to_string(
+        satpep_lab::topology::state_dir(&lab.name).join("proxy-terminal.log"),
+    )
+    .unwrap();
     assert!(log.contains("server refused"), "{log}");
     // The queueing is removed with the rest.
     let mut lab = lab;
@@ -915,8 +919,10 @@ fn adaptive_picks_hybla_on_a_clean_long_path_and_tarang_on_a_lossy_one() {
         Some("satpep_tarang"),
         "{ccs:?}"
     );
-    let log = std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-gateway.log", lossy.name))
-        .unwrap();
+    let log = std::fs::read_to_string(
+        satpep_lab::topology::state_dir(&lossy.name).join("proxy-gateway.log"),
+    )
+    .unwrap();
     assert!(
         log.contains("congestion control switched") && log.contains("to=satpep_tarang"),
         "{log}"
@@ -1420,8 +1426,10 @@ fn connections_to_the_pep_box_itself_are_never_intercepted() {
         );
     }
     // None of them went through the proxy.
-    let log = std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name))
-        .unwrap();
+    let log = std::fs::read_to_string(
+        satpep_lab::topology::state_dir(&lab.name).join("proxy-terminal.log"),
+    )
+    .unwrap();
     assert!(!log.contains(":931"), "{log}");
 }
 
@@ -1462,7 +1470,10 @@ fn flushed_rules_come_back_and_sighup_reloads_without_dropping_flows() {
     echo_server(&lab, 9321);
     let connect = |port: u16| connect_from_client(&lab, port);
     let log = || {
-        std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-terminal.log", lab.name)).unwrap()
+        std::fs::read_to_string(
+            satpep_lab::topology::state_dir(&lab.name).join("proxy-terminal.log"),
+        )
+        .unwrap()
     };
     // An nftables reload (Debian's nftables.service starts from `flush ruleset`).
     assert_eq!(
@@ -1490,7 +1501,7 @@ fn flushed_rules_come_back_and_sighup_reloads_without_dropping_flows() {
     echo(&mut s, 1);
     assert!(log().contains("198.18.3.2:9320"), "{}", log());
     // SIGHUP with a new selection: port 9321 excluded. The live connection goes on.
-    let file = format!("/run/satpep/lab/{}/proxy-terminal.toml", lab.name);
+    let file = satpep_lab::topology::state_dir(&lab.name).join("proxy-terminal.toml");
     let text = std::fs::read_to_string(&file).unwrap();
     let pid = proxy_pid(&lab, "terminal");
     std::fs::write(
@@ -1555,7 +1566,7 @@ fn a_reload_changes_the_limits_of_the_running_proxy() {
     assert_eq!(splits(), 2);
     // Both proxies reload with room for a third connection and a 2 s idle timeout.
     for host in ["terminal", "gateway"] {
-        let file = format!("/run/satpep/lab/{}/proxy-{host}.toml", lab.name);
+        let file = satpep_lab::topology::state_dir(&lab.name).join(format!("proxy-{host}.toml"));
         let text = std::fs::read_to_string(&file).unwrap();
         // The lab writes every [proxy] key.
         assert!(text.contains("max_connections = 2\n"), "{text}");
@@ -1639,7 +1650,8 @@ fn a_reload_gives_new_connections_the_new_controller_and_live_ones_keep_theirs()
     // A controller that is not registered is refused, naming the key; nothing changes.
     let reload = |from: &str, to: &str| {
         for host in ["terminal", "gateway"] {
-            let file = format!("/run/satpep/lab/{}/proxy-{host}.toml", lab.name);
+            let file =
+                satpep_lab::topology::state_dir(&lab.name).join(format!("proxy-{host}.toml"));
             let text = std::fs::read_to_string(&file).unwrap();
             assert!(text.contains(from), "{text}");
             std::fs::write(&file, text.replace(from, to)).unwrap();

@@ -26,8 +26,10 @@ fn tunnel_lab(tag: &str, link: &str, handshake: Option<&str>) -> Lab {
 }
 
 fn log(lab: &Lab, host: &str) -> String {
-    std::fs::read_to_string(format!("/run/satpep/lab/{}/proxy-{host}.log", lab.name))
-        .unwrap_or_default()
+    std::fs::read_to_string(
+        satpep_lab::topology::state_dir(&lab.name).join(format!("proxy-{host}.log")),
+    )
+    .unwrap_or_default()
 }
 
 /// Starts `satpep proxy --config CONFIG` in `host`, logging to `log`.
@@ -52,7 +54,10 @@ fn listen(lab: &Lab, addr: &'static str) -> TcpListener {
 fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
     let lab = tunnel_lab("tint", "[both]\nrate='200Mbit'\ndelay='5ms'\n", None);
     // Everything the gateway receives from the hop, for the plaintext check below.
-    let pcap = format!("/run/satpep/lab/{}/hop.pcap", lab.name);
+    let pcap = satpep_lab::topology::state_dir(&lab.name)
+        .join("hop.pcap")
+        .display()
+        .to_string();
     let mut dump = lab
         .command(Host::Gateway, "tcpdump")
         .args(["-i", "to-link", "-s", "0", "-U", "-w", &pcap, "udp"])
@@ -215,7 +220,9 @@ fn refused_and_unreachable_servers_reset_fast_clients_and_refuse_strict_ones() {
 #[test]
 fn a_peer_with_wrong_credentials_is_refused_and_logged() {
     let mut lab = tunnel_lab("tkey", "[both]\nrate='50Mbit'\ndelay='10ms'\n", None);
-    let dir = format!("/run/satpep/lab/{}", lab.name);
+    let dir = satpep_lab::topology::state_dir(&lab.name)
+        .display()
+        .to_string();
     // Stop the lab's terminal; start one whose certificate another CA signed.
     let gateway_log = log(&lab, "gateway");
     assert!(
@@ -471,7 +478,9 @@ fn keygen_refuses_bad_names_and_overwrites_only_with_force() {
 fn after_a_gateway_restart_new_flows_reconnect() {
     // Stopped idle: the terminal is told, and new flows reconnect to the restarted gateway.
     let mut lab = tunnel_lab("trst", "[both]\nrate='20Mbit'\ndelay='50ms'\n", None);
-    let dir = format!("/run/satpep/lab/{}", lab.name);
+    let dir = satpep_lab::topology::state_dir(&lab.name)
+        .display()
+        .to_string();
     let listener = listen(&lab, "0.0.0.0:9150");
     let server = std::thread::spawn(move || {
         for greeting in [&b"before"[..], &b"after restart"[..]] {
@@ -605,7 +614,9 @@ fn a_gateway_stopped_under_load_resets_live_flows_at_once() {
 #[test]
 fn a_crashed_and_restarted_gateway_resets_live_flows_at_once() {
     let mut lab = tunnel_lab("tcrs", "[both]\nrate='20Mbit'\ndelay='50ms'\n", None);
-    let dir = format!("/run/satpep/lab/{}", lab.name);
+    let dir = satpep_lab::topology::state_dir(&lab.name)
+        .display()
+        .to_string();
     let client = endless_download(&lab, 9160, 5);
     std::thread::sleep(Duration::from_secs(3));
     // A crash: no close reaches the terminal.
