@@ -96,10 +96,11 @@ enum LabSub {
         #[arg(long)]
         json: bool,
     },
-    /// Run a scenario (a TOML file or a preset such as `demo`) or a benchmark; `--list`
+    /// Run a scenario (a TOML file or a preset such as `demo`); `--list`
     /// names them.
     #[command(
-        long_about = "Run a scenario (a TOML file or a preset such as `demo`) or a benchmark.
+        long_about = "Run a scenario (a TOML file or a preset such as `demo`): every experiment, the \
+documents' and satpep's own benchmarks, is one.
 
 A scenario builds one lab (namespaces named sp-sc-PID-HOST), runs each cell's traffic with real \
 tools (iperf3, nginx, curl), saves every run as it ends and writes its report to the results \
