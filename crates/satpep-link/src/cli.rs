@@ -9,12 +9,9 @@ use crate::loss::{GilbertSpec, LossSpec, LOSS_KEYS};
 use clap::Args;
 use std::path::PathBuf;
 
-/// A `--loss NAME:SPEC` flag, checked when it is read.
+/// A `--loss NAME:SPEC` flag: that one process, read when the flag is.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LossFlag {
-    key: String,
-    spec: String,
-}
+pub struct LossFlag(LossSpec);
 
 impl std::str::FromStr for LossFlag {
     type Err = String;
@@ -25,19 +22,16 @@ impl std::str::FromStr for LossFlag {
                 LOSS_KEYS.join(", ")
             )
         })?;
-        LossSpec::default().set(key.trim(), spec.trim())?;
-        Ok(LossFlag {
-            key: key.trim().into(),
-            spec: spec.trim().into(),
-        })
+        let mut one = LossSpec::default();
+        one.set(key.trim(), spec.trim())?;
+        Ok(LossFlag(one))
     }
 }
 
-/// `spec` with `flags` applied in order (each was checked when read).
+/// `spec` with `flags` overlaid in order.
 fn with_loss_flags(mut spec: LossSpec, flags: &[LossFlag]) -> LossSpec {
     for f in flags {
-        spec.set(&f.key, &f.spec)
-            .expect("checked when the flag was read");
+        spec.overlay(&f.0);
     }
     spec
 }

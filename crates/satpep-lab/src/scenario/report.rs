@@ -507,12 +507,7 @@ impl Table {
 
     /// As CSV: the header, then the rows, quoted where needed.
     pub fn csv(&self) -> String {
-        let mut w = csv::Writer::from_writer(Vec::new());
-        let _ = w.write_record(&self.header);
-        for r in &self.rows {
-            let _ = w.write_record(r);
-        }
-        String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+        csv_text(std::iter::once(&self.header).chain(&self.rows))
     }
 
     /// As an HTML table.
@@ -1201,19 +1196,10 @@ fn write_tables(out: &Path, tables: &[super::doc::DocTable]) -> Result<(), Strin
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for (i, t) in tables.iter().enumerate() {
-        let slug: String = format!("{}-{}", t.section, t.title)
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .collect();
-        let slug = slug
-            .split('-')
+        let slug = format!("{} {}", t.section, t.title)
+            .split(|c: char| !c.is_ascii_alphanumeric())
             .filter(|w| !w.is_empty())
+            .map(str::to_ascii_lowercase)
             .collect::<Vec<_>>();
         let name = format!(
             "{:02}-{}.csv",
@@ -1260,10 +1246,22 @@ macro_rules! cols {
 /// `rows` as CSV (the csv crate quotes what needs quoting), the header from `cols` so that a
 /// column's name and its value cannot drift apart.
 fn csv_table<T>(rows: impl IntoIterator<Item = T>, cols: &[Col<'_, T>]) -> String {
+    let header = cols.iter().map(|c| c.0.to_string()).collect::<Vec<_>>();
+    let rows = rows
+        .into_iter()
+        .map(|r| cols.iter().map(|c| (c.1)(&r)).collect::<Vec<_>>());
+    csv_text(std::iter::once(header).chain(rows))
+}
+
+/// Records (the header first) as CSV text, quoted where needed by the csv crate.
+fn csv_text<R>(records: impl IntoIterator<Item = R>) -> String
+where
+    R: IntoIterator,
+    R::Item: AsRef<[u8]>,
+{
     let mut w = csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record(cols.iter().map(|c| c.0));
-    for r in rows {
-        let _ = w.write_record(cols.iter().map(|c| (c.1)(&r)));
+    for r in records {
+        let _ = w.write_record(r);
     }
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
