@@ -25,8 +25,31 @@ struct Sample {
     retrans: u32,
 }
 
+/// A controller loaded for one test; tests that load the same name take turns.
+struct Held {
+    _cc: satpep_cc::Loaded,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+/// The lock of controller `name`: the kernel registers a name once, so two tests loading it
+/// in parallel (each with its own options) would refuse each other ("already registered").
+fn turn(name: &str) -> std::sync::MutexGuard<'static, ()> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static LOCKS: OnceLock<Mutex<HashMap<String, &'static Mutex<()>>>> = OnceLock::new();
+    let lock = *LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(name.to_string())
+        .or_insert_with(|| Box::leak(Box::new(Mutex::new(()))));
+    // A test that failed holding it poisoned it; the next one still gets its turn.
+    lock.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Loads `name` for this test (replacing a pinned copy, so the options here apply).
-fn load(name: &str, rtt0_ms: u32) -> satpep_cc::Loaded {
+fn load(name: &str, rtt0_ms: u32) -> Held {
+    let turn = turn(name);
     let _ = satpep_cc::unpin(name);
     // A socket may still hold the unpinned one for a moment.
     for _ in 0..50 {
@@ -35,14 +58,18 @@ fn load(name: &str, rtt0_ms: u32) -> satpep_cc::Loaded {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    satpep_cc::load(
+    let cc = satpep_cc::load(
         name,
         &satpep_cc::Options {
             rtt0_us: rtt0_ms * 1000,
             capacity_kbps: 0,
         },
     )
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap_or_else(|e| panic!("{e}"));
+    Held {
+        _cc: cc,
+        _turn: turn,
+    }
 }
 
 /// A bulk transfer server → client for `secs` with congestion control `cc`; the sender's
