@@ -824,115 +824,9 @@ fn part_tables(
         ));
     }
     if metric == Metric::Goodput {
-        tables.push((
-            "% of the physical limit (rate × payload/frame × (1 − loss))".into(),
-            grid(part, res, &|r| {
-                let u = &r.utilization;
-                fmt_summary(
-                    &Summary {
-                        n: u.n,
-                        mean: u.mean * 100.0,
-                        sd: 0.0,
-                        ci95: u.ci95 * 100.0,
-                    },
-                    1.0,
-                )
-            }),
-        ));
-        if res.iter().any(|r| r.jain.n > 0) {
-            tables.push((
-                format!("each flow's goodput while all ran ({uname}), flow 0 / flow 1 / …"),
-                grid(part, res, &|r| {
-                    r.flow_goodputs
-                        .iter()
-                        .map(|g| fmt_num(g / div))
-                        .collect::<Vec<_>>()
-                        .join(" / ")
-                }),
-            ));
-            tables.push((
-                "Jain's fairness index over the flows (1 = equal shares)".into(),
-                grid(part, res, &|r| fmt_summary(&r.jain, 1.0)),
-            ));
-        }
-        let plain = |s: &Summary| fmt_summary(s, 1.0);
-        if res.iter().any(|r| r.queue_p95.n > 0) {
-            tables.push((
-                "queueing delay met by a ping probe beside the transfer (RTT above the path's base RTT, ms after the warm-up), p50 / p95 / p99 (each the mean over the runs)".into(),
-                grid(part, res, &|r| {
-                    format!(
-                        "{} / {} / {}",
-                        plain(&r.queue_p50),
-                        plain(&r.queue_p95),
-                        plain(&r.queue_p99)
-                    )
-                }),
-            ));
-        }
-        if res.iter().any(|r| r.cross_loss.n > 0) {
-            tables.push((
-                "UDP cross traffic's loss (%)".into(),
-                grid(part, res, &|r| plain(&r.cross_loss)),
-            ));
-        }
-        if res.iter().any(|r| r.share.n > 0) {
-            tables.push((
-                "the transfer's share against a competing end-to-end TCP flow (%, 50 = equal)"
-                    .into(),
-                grid(part, res, &|r| plain(&r.share)),
-            ));
-        }
-        if res.iter().any(|r| r.response_p50.n > 0) {
-            tables.push((
-                "response time of small requests beside the transfer (s), p50 / p95 / p99 (each the mean over the runs)".into(),
-                grid(part, res, &|r| {
-                    format!(
-                        "{} / {} / {}",
-                        fmt_summary(&r.response_p50, 1.0),
-                        fmt_summary(&r.response_p95, 1.0),
-                        fmt_summary(&r.response_p99, 1.0)
-                    )
-                }),
-            ));
-        }
-        if res.iter().any(|r| r.proxy_cores.n > 0) {
-            tables.push((
-                "the proxies' CPU: % of one core, all proxies together / CPU s per GB delivered, per proxy".into(),
-                grid(part, res, &|r| {
-                    let c = &r.proxy_cores;
-                    let pct = Summary {
-                        mean: c.mean * 100.0,
-                        ci95: c.ci95 * 100.0,
-                        ..*c
-                    };
-                    format!(
-                        "{} / {}",
-                        plain(&pct),
-                        plain(&r.proxy_cpu_s_per_gb)
-                    )
-                }),
-            ));
-        }
-        tables.push((
-            if tunnel {
-                // ss sees TCP, not the tunnel's QUIC: there the sender sampled is the
-                // server's, on its terrestrial leg to the gateway.
-                "satellite-leg sender's retransmitted segments per run (tunnel: the server's TCP, on its leg to the gateway)".into()
-            } else {
-                "satellite-leg sender's retransmitted segments per run".into()
-            },
-            grid(part, res, &|r| fmt_count(&r.leg_retransmits)),
-        ));
-        tables.push((
-            "emulator: frames corrupted / dropped by the queue per run (both directions)".into(),
-            grid(part, res, &|r| {
-                format!(
-                    "{} / {}",
-                    fmt_count(&r.link_errors),
-                    fmt_count(&r.queue_drops)
-                )
-            }),
-        ));
+        goodput_tables(part, res, (uname, div), &mut tables);
+        beside_tables(part, res, &mut tables);
+        cost_tables(part, res, tunnel, &mut tables);
     }
     link_check_tables(part, res, &mut tables);
     connections_tables(part, res, &mut tables);
@@ -950,6 +844,134 @@ fn part_tables(
         ));
     }
     tables
+}
+
+/// A bulk transfer's goodput against the physical limit, and its flows' shares.
+fn goodput_tables(
+    part: &Part,
+    res: &[&CellResult],
+    (uname, div): (&str, f64),
+    tables: &mut Vec<(String, Table)>,
+) {
+    tables.push((
+        "% of the physical limit (rate × payload/frame × (1 − loss))".into(),
+        grid(part, res, &|r| {
+            let u = &r.utilization;
+            fmt_summary(
+                &Summary {
+                    n: u.n,
+                    mean: u.mean * 100.0,
+                    sd: 0.0,
+                    ci95: u.ci95 * 100.0,
+                },
+                1.0,
+            )
+        }),
+    ));
+    if res.iter().any(|r| r.jain.n > 0) {
+        tables.push((
+            format!("each flow's goodput while all ran ({uname}), flow 0 / flow 1 / …"),
+            grid(part, res, &|r| {
+                r.flow_goodputs
+                    .iter()
+                    .map(|g| fmt_num(g / div))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            }),
+        ));
+        tables.push((
+            "Jain's fairness index over the flows (1 = equal shares)".into(),
+            grid(part, res, &|r| fmt_summary(&r.jain, 1.0)),
+        ));
+    }
+}
+
+/// What the traffic beside a transfer met: the probe's queueing delay, the UDP's loss, a
+/// competing flow's share, small requests' response times.
+fn beside_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)>) {
+    let plain = |s: &Summary| fmt_summary(s, 1.0);
+    if res.iter().any(|r| r.queue_p95.n > 0) {
+        tables.push((
+            "queueing delay met by a ping probe beside the transfer (RTT above the path's base RTT, ms after the warm-up), p50 / p95 / p99 (each the mean over the runs)".into(),
+            grid(part, res, &|r| {
+                format!(
+                    "{} / {} / {}",
+                    plain(&r.queue_p50),
+                    plain(&r.queue_p95),
+                    plain(&r.queue_p99)
+                )
+            }),
+        ));
+    }
+    if res.iter().any(|r| r.cross_loss.n > 0) {
+        tables.push((
+            "UDP cross traffic's loss (%)".into(),
+            grid(part, res, &|r| plain(&r.cross_loss)),
+        ));
+    }
+    if res.iter().any(|r| r.share.n > 0) {
+        tables.push((
+            "the transfer's share against a competing end-to-end TCP flow (%, 50 = equal)".into(),
+            grid(part, res, &|r| plain(&r.share)),
+        ));
+    }
+    if res.iter().any(|r| r.response_p50.n > 0) {
+        tables.push((
+            "response time of small requests beside the transfer (s), p50 / p95 / p99 (each the mean over the runs)".into(),
+            grid(part, res, &|r| {
+                format!(
+                    "{} / {} / {}",
+                    fmt_summary(&r.response_p50, 1.0),
+                    fmt_summary(&r.response_p95, 1.0),
+                    fmt_summary(&r.response_p99, 1.0)
+                )
+            }),
+        ));
+    }
+}
+
+/// What a transfer cost: the proxies' CPU, the satellite leg's retransmissions, the
+/// emulator's corrupted and dropped frames.
+fn cost_tables(part: &Part, res: &[&CellResult], tunnel: bool, tables: &mut Vec<(String, Table)>) {
+    let plain = |s: &Summary| fmt_summary(s, 1.0);
+    if res.iter().any(|r| r.proxy_cores.n > 0) {
+        tables.push((
+            "the proxies' CPU: % of one core, all proxies together / CPU s per GB delivered, per proxy".into(),
+            grid(part, res, &|r| {
+                let c = &r.proxy_cores;
+                let pct = Summary {
+                    mean: c.mean * 100.0,
+                    ci95: c.ci95 * 100.0,
+                    ..*c
+                };
+                format!(
+                    "{} / {}",
+                    plain(&pct),
+                    plain(&r.proxy_cpu_s_per_gb)
+                )
+            }),
+        ));
+    }
+    tables.push((
+        if tunnel {
+            // ss sees TCP, not the tunnel's QUIC: there the sender sampled is the
+            // server's, on its terrestrial leg to the gateway.
+            "satellite-leg sender's retransmitted segments per run (tunnel: the server's TCP, on its leg to the gateway)".into()
+        } else {
+            "satellite-leg sender's retransmitted segments per run".into()
+        },
+        grid(part, res, &|r| fmt_count(&r.leg_retransmits)),
+    ));
+    tables.push((
+        "emulator: frames corrupted / dropped by the queue per run (both directions)".into(),
+        grid(part, res, &|r| {
+            format!(
+                "{} / {}",
+                fmt_count(&r.link_errors),
+                fmt_count(&r.queue_drops)
+            )
+        }),
+    ));
 }
 
 /// The udp and ping kinds' tables: the link measured against its configuration.
