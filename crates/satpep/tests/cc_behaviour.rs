@@ -576,3 +576,45 @@ fn satellite_follows_a_rate_drop_and_drains_the_queue() {
         dump(&s)
     );
 }
+
+#[test]
+fn satellite_grows_into_a_step_up_without_a_deep_queue() {
+    let _cc = load("satpep_sat", 25);
+    // 12 Mbit/s, then 38 Mbit/s from 10 s of the emulator's clock (a rain fade's end, an ACM
+    // step up), GEO's RTT of 560 ms, a buffer of 2 s at the higher rate.
+    let trace = std::env::temp_dir().join(format!("satpep-ccsatu-{}.trace", std::process::id()));
+    std::fs::write(&trace, "0 12Mbit\n10 38Mbit\n").unwrap();
+    let lab = lab(
+        "ccsatu",
+        &format!(
+            "[both]\nrate='38Mbit'\ndelay='280ms'\nqueue='10MB'\n[forward]\nrate_trace='{}'\n",
+            trace.display()
+        ),
+    );
+    let s = bulk(&lab, "satpep_sat", 18.0);
+    let _ = std::fs::remove_file(&trace);
+    let bdp_high = 38e6 * 0.56 / (1514.0 * 8.0);
+    // The connection starts after the emulator, so the step comes before 10 s of it.
+    let late: Vec<&Sample> = s.iter().filter(|x| x.t >= 9.0).collect();
+    let peak = late
+        .iter()
+        .map(|x| x.rtt_ms - x.min_rtt_ms)
+        .fold(0.0, f64::max);
+    let (_, cwnd) = queue_and_cwnd(&s, 15.0, 18.0);
+    println!(
+        "satpep_sat after the step up: highest queueing delay {peak:.0} ms, mean cwnd from 15 s {cwnd:.0} = {:.2} x BDP",
+        cwnd / bdp_high
+    );
+    // Growing 1.5 x a round into it, the queue shows an RTT late: ended at the budget (50
+    // ms here) the growth left a peak of 253-258 ms here; ended at the slack (22 ms), 161.
+    assert!(
+        peak <= 200.0,
+        "highest queueing delay {peak:.0} ms after the step up\n{}",
+        dump(&s)
+    );
+    assert!(
+        cwnd >= 0.9 * bdp_high,
+        "mean cwnd {cwnd:.0} against the new BDP {bdp_high:.0}\n{}",
+        dump(&s)
+    );
+}
