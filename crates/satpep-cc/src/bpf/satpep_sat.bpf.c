@@ -453,8 +453,8 @@ static __always_inline u32 min_rtt_span_us(const struct sat *ca)
  * bottleneck dropping what exceeds its rate. Scaling every sample by 1 / (1 - the mean
  * noise) instead read a T1 losing one segment in nine a few % fast in rounds that lost
  * fewer than the mean (some 80 segments a round, binomial), the max filter kept those, and
- * the excess stood in the queue (lab: the probe's queue p95 66 ms, the tunnel with this
- * rule 56 ms). */
+ * the excess stood in the queue (lab, T1 at BER 1e-5, 8 runs each: the probe's queue p95
+ * 57-97 ms before, 33-58 ms with this rule, the tunnel's since 669f6fb). */
 static __always_inline u64 crossed(const struct sat *ca, u32 noise)
 {
 	u32 acked = max(ca->round_acked, 1U);
