@@ -541,22 +541,31 @@ fn satellite_keeps_a_short_queue_in_a_deep_buffer_through_random_losses() {
     );
 }
 
+/// A `satpep_sat` bulk transfer for `secs` over lab `tag`'s `link` whose forward rate
+/// follows `trace` (lines of "<seconds> <rate>").
+fn sat_through_forward_trace(tag: &str, link: &str, trace: &str, secs: f64) -> Vec<Sample> {
+    let file = std::env::temp_dir().join(format!("satpep-{tag}-{}.trace", std::process::id()));
+    std::fs::write(&file, trace).unwrap();
+    let lab = lab(
+        tag,
+        &format!("{link}[forward]\nrate_trace='{}'\n", file.display()),
+    );
+    let s = bulk(&lab, "satpep_sat", secs);
+    let _ = std::fs::remove_file(&file);
+    s
+}
+
 #[test]
 fn satellite_follows_a_rate_drop_and_drains_the_queue() {
     let _cc = load("satpep_sat", 25);
     // 20 Mbit/s, then 8 Mbit/s from 6 s of the emulator's clock (a rain fade's step), RTT
     // 200 ms, a 1 MB buffer: 1 s of queue at the lower rate if the window stayed.
-    let trace = std::env::temp_dir().join(format!("satpep-ccsat-{}.trace", std::process::id()));
-    std::fs::write(&trace, "0 20Mbit\n6 8Mbit\n").unwrap();
-    let lab = lab(
+    let s = sat_through_forward_trace(
         "ccsatd",
-        &format!(
-            "[both]\nrate='20Mbit'\ndelay='100ms'\nqueue='1MB'\n[forward]\nrate_trace='{}'\n",
-            trace.display()
-        ),
+        "[both]\nrate='20Mbit'\ndelay='100ms'\nqueue='1MB'\n",
+        "0 20Mbit\n6 8Mbit\n",
+        12.0,
     );
-    let s = bulk(&lab, "satpep_sat", 12.0);
-    let _ = std::fs::remove_file(&trace);
     let bdp_low = 8e6 * 0.2 / (1514.0 * 8.0);
     // The connection starts after the emulator, so the drop comes before 6 s of it: from
     // 9 s on the controller has had more than 2 s (10 RTTs) to see the drop and drain.
@@ -582,17 +591,12 @@ fn satellite_grows_into_a_step_up_without_a_deep_queue() {
     let _cc = load("satpep_sat", 25);
     // 12 Mbit/s, then 38 Mbit/s from 10 s of the emulator's clock (a rain fade's end, an ACM
     // step up), GEO's RTT of 560 ms, a buffer of 2 s at the higher rate.
-    let trace = std::env::temp_dir().join(format!("satpep-ccsatu-{}.trace", std::process::id()));
-    std::fs::write(&trace, "0 12Mbit\n10 38Mbit\n").unwrap();
-    let lab = lab(
+    let s = sat_through_forward_trace(
         "ccsatu",
-        &format!(
-            "[both]\nrate='38Mbit'\ndelay='280ms'\nqueue='10MB'\n[forward]\nrate_trace='{}'\n",
-            trace.display()
-        ),
+        "[both]\nrate='38Mbit'\ndelay='280ms'\nqueue='10MB'\n",
+        "0 12Mbit\n10 38Mbit\n",
+        18.0,
     );
-    let s = bulk(&lab, "satpep_sat", 18.0);
-    let _ = std::fs::remove_file(&trace);
     let bdp_high = 38e6 * 0.56 / (1514.0 * 8.0);
     // The connection starts after the emulator, so the step comes before 10 s of it.
     let late: Vec<&Sample> = s.iter().filter(|x| x.t >= 9.0).collect();
