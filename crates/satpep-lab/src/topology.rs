@@ -735,17 +735,30 @@ impl Lab {
                 &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
             )?;
         }
-        // End hosts and (later) PEPs: buffers big enough for a GEO bandwidth-delay product,
-        // and no cached ssthresh carrying one run's losses into the next.
-        for ns in [&c, &t, &g, &s] {
+        // End hosts: buffers big enough for a GEO bandwidth-delay product, autotuned from
+        // the kernel's defaults. No host caches an ssthresh carrying one run's losses into
+        // the next.
+        for ns in [&c, &s] {
             self.sysctls(
                 ns,
                 &[
                     "net.ipv4.tcp_rmem=4096 131072 134217728",
                     "net.ipv4.tcp_wmem=4096 65536 134217728",
-                    "net.ipv4.tcp_no_metrics_save=1",
                 ],
             )?;
+        }
+        // The PEPs' hosts: what satpep asks of the host it runs on (`satpep proxy --check`
+        // warns where a host falls short; docs/proxy.md, "Host settings").
+        let pep_host: Vec<String> = satpep_proxy::preflight::HOST_SYSCTLS
+            .iter()
+            .map(|(k, [a, b, c])| format!("{k}={a} {b} {c}"))
+            .collect();
+        let pep_host: Vec<&str> = pep_host.iter().map(String::as_str).collect();
+        for ns in [&t, &g] {
+            self.sysctls(ns, &pep_host)?;
+        }
+        for ns in [&c, &t, &g, &s] {
+            self.sysctls(ns, &["net.ipv4.tcp_no_metrics_save=1"])?;
         }
         // veth pairs are created straight into their namespaces, so names never clash.
         ip_batch(

@@ -6,6 +6,56 @@ use crate::sockets::FdBudget;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+/// The host's TCP buffer settings satpep needs on a long path (`net.ipv4.tcp_rmem` and
+/// `tcp_wmem`: min, default, max bytes), applied as `sysctl -w KEY="VALUE"`.
+///
+/// - The maxima bound what autotuning gives one socket: with the kernel's 4 MiB send maximum
+///   a leg over a 50 Mbit/s, 560 ms GEO path ran at 35.5 Mbit/s (47.2 with 128 MiB).
+/// - The receive default is where autotuning starts. It grows a buffer by what reached the
+///   application in the last RTT, so on a long lossy path every hole in the data holds the
+///   window back for an RTT: from the kernel's 128 KiB, the satellite leg's window set the
+///   pace of a `satpep_sat` sender for 2.2 s of its 5 s start (GEO, BER 1e-6), 0.6 s from
+///   4 MiB (docs/proxy.md, "Host settings"). It is a limit, not an allocation: a socket
+///   holds that much only when its reader falls behind.
+pub const HOST_SYSCTLS: [(&str, [u64; 3]); 2] = [
+    ("net.ipv4.tcp_rmem", [4096, 4 << 20, 128 << 20]),
+    ("net.ipv4.tcp_wmem", [4096, 65536, 128 << 20]),
+];
+
+/// Where the host's settings fall short of [`HOST_SYSCTLS`], read from `/proc/sys` (nothing
+/// if they cannot be read): one warning per setting, with the command that fixes it.
+pub fn host_shortfall() -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, want) in HOST_SYSCTLS {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let Some(have) = std::fs::read_to_string(&path).ok().and_then(|s| {
+            let v: Vec<u64> = s
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            <[u64; 3]>::try_from(v).ok()
+        }) else {
+            continue;
+        };
+        let low: Vec<&str> = [(1, "default"), (2, "maximum")]
+            .into_iter()
+            .filter(|&(i, _)| have[i] < want[i])
+            .map(|(_, n)| n)
+            .collect();
+        if !low.is_empty() {
+            let v = |a: [u64; 3]| format!("{} {} {}", a[0], a[1], a[2]);
+            out.push(format!(
+                "{key} = \"{}\": its {} {} below satpep's, so TCP legs over a long path are held back by their windows (sysctl -w {key}=\"{}\"; docs/proxy.md, \"Host settings\")",
+                v(have),
+                low.join(" and "),
+                if low.len() > 1 { "are" } else { "is" },
+                v([have[0], have[1].max(want[1]), have[2].max(want[2])])
+            ));
+        }
+    }
+    out
+}
+
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {
@@ -164,6 +214,12 @@ pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
     }
     if let Some(w) = cfg.connections_exposed() {
         warning(w);
+    }
+    // A tunnel carries the satellite hop over UDP with buffers of its own.
+    if cfg.tunnel.is_none() {
+        for w in host_shortfall() {
+            warning(w);
+        }
     }
     // A PEP sits in the path: what it does not intercept (UDP, other ports, bypassed
     // connections) it must route.

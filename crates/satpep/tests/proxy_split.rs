@@ -269,6 +269,50 @@ fn check_catches_what_a_start_would_refuse_or_degrade() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn check_warns_of_host_buffers_that_hold_a_long_path_back() {
+    // The lab's PEP hosts have what satpep asks of a host; the kernel's own defaults (a
+    // 128 KiB receive default, 6 MiB maximum) draw a warning naming the setting and the fix.
+    let lab = lab("phost", "[both]\nrate='10Mbit'\ndelay='5ms'\n");
+    let f = std::env::temp_dir().join(format!("satpep-phost-{}.toml", std::process::id()));
+    std::fs::write(&f, "").unwrap();
+    let check = || {
+        let out = lab
+            .command(Host::Terminal, bin())
+            .args(["proxy", "--check", "--config"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        err
+    };
+    let err = check();
+    assert!(
+        !err.contains("tcp_rmem") && !err.contains("tcp_wmem"),
+        "{err}"
+    );
+    lab.run_in(
+        Host::Terminal,
+        "sysctl",
+        &["-qw", "net.ipv4.tcp_rmem=4096 131072 6291456"],
+    )
+    .unwrap();
+    let err = check();
+    std::fs::remove_file(&f).unwrap();
+    assert!(
+        err.contains(
+            "net.ipv4.tcp_rmem = \"4096 131072 6291456\": its default and maximum are below"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("sysctl -w net.ipv4.tcp_rmem=\"4096 4194304 134217728\""),
+        "{err}"
+    );
+    assert!(!err.contains("tcp_wmem"), "{err}");
+}
+
 /// One byte out, the same byte back: proves a connection still works end to end.
 fn echo(s: &mut TcpStream, b: u8) {
     s.write_all(&[b]).unwrap();
