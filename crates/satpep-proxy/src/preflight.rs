@@ -23,9 +23,13 @@ pub const HOST_SYSCTLS: [(&str, [u64; 3]); 2] = [
 ];
 
 /// Where the host's settings fall short of [`HOST_SYSCTLS`], read from `/proc/sys` (nothing
-/// if they cannot be read): one warning per setting, with the command that fixes it.
-pub fn host_shortfall() -> Vec<String> {
+/// if they cannot be read): one warning per setting, with the command that fixes it. None
+/// for a tunnel, which carries the satellite hop over UDP with buffers of its own.
+pub fn host_shortfall(cfg: &ProxyConfig) -> Vec<String> {
     let mut out = Vec::new();
+    if cfg.tunnel.is_some() {
+        return out;
+    }
     for (key, want) in HOST_SYSCTLS {
         let path = format!("/proc/sys/{}", key.replace('.', "/"));
         let Some(have) = std::fs::read_to_string(&path).ok().and_then(|s| {
@@ -215,11 +219,8 @@ pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
     if let Some(w) = cfg.connections_exposed() {
         warning(w);
     }
-    // A tunnel carries the satellite hop over UDP with buffers of its own.
-    if cfg.tunnel.is_none() {
-        for w in host_shortfall() {
-            warning(w);
-        }
+    for w in host_shortfall(cfg) {
+        warning(w);
     }
     // A PEP sits in the path: what it does not intercept (UDP, other ports, bypassed
     // connections) it must route.

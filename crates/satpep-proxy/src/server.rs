@@ -216,10 +216,8 @@ async fn intercept(
 ) -> Result<Arc<Registry>, String> {
     let (down_leg, up_leg) = legs_of(&cfg);
     let budget = descriptor_budget(&cfg);
-    if cfg.tunnel.is_none() {
-        for w in crate::preflight::host_shortfall() {
-            warn!("{w}");
-        }
+    for w in crate::preflight::host_shortfall(&cfg) {
+        warn!("{w}");
     }
     let registry = Arc::new(Registry::default());
     let terminal = match &cfg.tunnel {
