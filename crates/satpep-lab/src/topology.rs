@@ -749,9 +749,10 @@ impl Lab {
         }
         // The PEPs' hosts: what satpep asks of the host it runs on (`satpep proxy --check`
         // warns where a host falls short; docs/proxy.md, "Host settings").
-        let pep_host: Vec<String> = satpep_proxy::preflight::HOST_SYSCTLS
+        use satpep_proxy::preflight::{sysctl_triple, HOST_SYSCTLS};
+        let pep_host: Vec<String> = HOST_SYSCTLS
             .iter()
-            .map(|(k, [a, b, c])| format!("{k}={a} {b} {c}"))
+            .map(|&(k, v)| format!("{k}={}", sysctl_triple(v)))
             .collect();
         let pep_host: Vec<&str> = pep_host.iter().map(String::as_str).collect();
         for ns in [&t, &g] {

@@ -22,6 +22,11 @@ pub const HOST_SYSCTLS: [(&str, [u64; 3]); 2] = [
     ("net.ipv4.tcp_wmem", [4096, 65536, 128 << 20]),
 ];
 
+/// A [`HOST_SYSCTLS`] value as sysctl writes and reads it ("min default max").
+pub fn sysctl_triple(v: [u64; 3]) -> String {
+    format!("{} {} {}", v[0], v[1], v[2])
+}
+
 /// Where the host's settings fall short of [`HOST_SYSCTLS`], read from `/proc/sys` (nothing
 /// if they cannot be read): one warning per setting, with the command that fixes it. None
 /// for a tunnel, which carries the satellite hop over UDP with buffers of its own.
@@ -47,13 +52,12 @@ pub fn host_shortfall(cfg: &ProxyConfig) -> Vec<String> {
             .map(|(_, n)| n)
             .collect();
         if !low.is_empty() {
-            let v = |a: [u64; 3]| format!("{} {} {}", a[0], a[1], a[2]);
             out.push(format!(
                 "{key} = \"{}\": its {} {} below satpep's, so TCP legs over a long path are held back by their windows (sysctl -w {key}=\"{}\"; docs/proxy.md, \"Host settings\")",
-                v(have),
+                sysctl_triple(have),
                 low.join(" and "),
                 if low.len() > 1 { "are" } else { "is" },
-                v([have[0], have[1].max(want[1]), have[2].max(want[2])])
+                sysctl_triple([have[0], have[1].max(want[1]), have[2].max(want[2])])
             ));
         }
     }
