@@ -31,18 +31,27 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   if [ -n "$made_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
-if ! command -v cargo >/dev/null 2>&1; then
-  if [ -x "$HOME/.cargo/bin/cargo" ]; then
-    echo "cargo is in ~/.cargo/bin: add it to PATH (source ~/.cargo/env)"
-  else
-    echo "installing Rust with rustup"
-    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
-    echo "run: source ~/.cargo/env"
-  fi
+# Rust: rustup's default profile (rustfmt and clippy included: .ci/run checks both).
+cargo_was_on_path=
+command -v cargo >/dev/null 2>&1 && cargo_was_on_path=1
+if [ -z "$cargo_was_on_path" ] && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  echo "installing Rust with rustup"
+  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile default
 fi
 # tests/package.rs builds the .deb (scripts/package.sh) with cargo-deb.
 cargo_bin=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
 if [ -x "$cargo_bin" ] && ! "$cargo_bin" deb --version >/dev/null 2>&1; then
   echo "installing cargo-deb"
   "$cargo_bin" install cargo-deb --locked --version 3.8.0 --quiet
+fi
+# The README runs `scripts/install-deps.sh && cargo …` in one shell, which cannot pick up
+# ~/.cargo/env: rustup's tools are linked into /usr/local/bin (on every Debian PATH) so that
+# cargo is found in that same command. rustup's proxies tell the tool by the name they are
+# called with, so a link works as the original does.
+if [ -z "$cargo_was_on_path" ] && [ -d "$HOME/.cargo/bin" ]; then
+  for tool in "$HOME"/.cargo/bin/*; do
+    name=$(basename "$tool")
+    [ -e "/usr/local/bin/$name" ] || ln -s "$tool" "/usr/local/bin/$name"
+  done
+  echo "linked the Rust tools of $HOME/.cargo/bin into /usr/local/bin"
 fi

@@ -2,8 +2,7 @@
 //! `GET /connections` (JSON, read by `satpep status`). Plain HTTP/1.0, one request per
 //! connection: two read-only endpoints do not need a web framework.
 
-use crate::netfilter;
-use crate::registry::{ConnStatus, Registry};
+use crate::registry::{ConnStatus, Mode, Registry};
 use crate::tunnel::TunnelFigures;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -46,20 +45,39 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 /// The OpenMetrics content type, which is what `encode` writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Tunnel connections' figures, one series per peer (the gateway has one per terminal).
+/// Tunnel connections' figures, one series per peer (the gateway has one per terminal). A
+/// split proxy has no tunnel and exports none of them: a `tunnel_connected` of 0 there would
+/// page an operator for a tunnel that was never meant to be.
 fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry) {
     let k = &reg.counters;
     let tunnels = reg.tunnels();
-    // Each connection's figures once per scrape (quinn's stats take its lock).
+    // Each connection's figures once per scrape (quinn's stats take its lock). The peer is
+    // its address without the port: a terminal's port changes at every reconnection, and a
+    // label that changes starts new series on every dashboard.
     let figures: Vec<(String, TunnelFigures)> = tunnels
         .iter()
-        .map(|c| (c.remote_address().to_string(), TunnelFigures::of(c)))
+        .map(|c| {
+            (
+                c.remote_address().ip().to_canonical().to_string(),
+                TunnelFigures::of(c),
+            )
+        })
         .collect();
-    r.register(
-        "tunnel_connected",
-        "Live tunnel connections (a terminal: 1 when its tunnel is up)",
-        ConstGauge::new(tunnels.len() as i64),
-    );
+    match reg.mode {
+        Mode::Split => return,
+        // A terminal's one tunnel is what it needs to carry anything: an alert watches it.
+        Mode::Terminal => r.register(
+            "tunnel_connected",
+            "1 while this terminal's tunnel to its gateway is up",
+            ConstGauge::new(tunnels.len().min(1) as i64),
+        ),
+        // A gateway with no terminal connected is idle, not broken.
+        Mode::Gateway => r.register(
+            "tunnel_peers",
+            "Terminals with a live tunnel to this gateway",
+            ConstGauge::new(tunnels.len() as i64),
+        ),
+    }
     r.register(
         "tunnel_connections",
         "Tunnel connections established since start (more than one at a terminal: reconnections)",
@@ -101,10 +119,10 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         &|f| Some(f.cwnd as f64),
     );
     gauge(
-        "tunnel_model_rate_bits_per_second",
+        "tunnel_model_rate_bytes_per_second",
         "Bottleneck rate the satellite controller measured (payload)",
         r,
-        &|f| (f.model_rate > 0).then_some(f.model_rate as f64 * 8.0),
+        &|f| (f.model_rate > 0).then_some(f.model_rate as f64),
     );
     gauge(
         "tunnel_model_base_rtt_seconds",
@@ -172,11 +190,22 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
             ]
         },
     );
+    // `direction` means what it means in relayed_bytes (up: towards the servers) at both
+    // ends, so one query reads both: a terminal sends up, a gateway down.
+    let (sent, received) = match reg.mode {
+        Mode::Gateway => ("down", "up"),
+        _ => ("up", "down"),
+    };
     counter(
         "tunnel_udp_bytes",
-        "UDP bytes of the tunnel connection",
+        "UDP bytes of the tunnel connection (up: towards the servers)",
         r,
-        &|f| vec![("direction", "tx", f.udp_tx), ("direction", "rx", f.udp_rx)],
+        &|f| {
+            vec![
+                ("direction", sent, f.udp_tx),
+                ("direction", received, f.udp_rx),
+            ]
+        },
     );
     counter(
         "tunnel_flow_control_blocked",
@@ -209,7 +238,7 @@ pub fn metrics(reg: &Registry) -> String {
     r.register(
         "connections_bypassed",
         "Connections forwarded unsplit because the proxy was at its limit",
-        ConstCounter::new(netfilter::bypassed().unwrap_or(0)),
+        ConstCounter::new(reg.bypassed()),
     );
     r.register(
         "connections_copied",
@@ -252,10 +281,8 @@ pub fn metrics(reg: &Registry) -> String {
     let rtt = Labelled::<Gauge<f64, AtomicU64>>::default();
     let cwnd = Labelled::<Gauge<f64, AtomicU64>>::default();
     let retrans = Labelled::<Counter>::default();
-    for (leg, closed) in [
-        ("satellite", &k.retrans_satellite),
-        ("terrestrial", &k.retrans_terrestrial),
-    ] {
+    let (sat, ter) = reg.retransmitted();
+    for leg in ["satellite", "terrestrial"] {
         let infos: Vec<_> = live
             .iter()
             .filter_map(|c| {
@@ -275,9 +302,9 @@ pub fn metrics(reg: &Registry) -> String {
             cwnd.get_or_create(&l)
                 .set(infos.iter().map(|i| i.cwnd as f64).sum::<f64>() / n);
         }
-        retrans.get_or_create(&l).inc_by(
-            closed.load(Relaxed) + infos.iter().map(|i| i.total_retrans as u64).sum::<u64>(),
-        );
+        retrans
+            .get_or_create(&l)
+            .inc_by(if leg == "satellite" { sat } else { ter });
     }
     r.register(
         "leg_rtt_seconds",
@@ -363,7 +390,7 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>, routes: Rou
                 connections: reg.status(),
                 total: k.total.load(Relaxed),
                 failed: k.failed.load(Relaxed),
-                bypassed: netfilter::bypassed().unwrap_or(0),
+                bypassed: reg.bypassed(),
             };
             (
                 "200 OK",
@@ -422,4 +449,33 @@ pub fn fetch_status(addr: SocketAddr) -> Result<StatusReply, String> {
         ));
     }
     serde_json::from_str(body).map_err(|e| format!("bad reply from {addr}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Mode;
+
+    /// Which tunnel figures each kind of proxy exports: none at a split proxy, whose
+    /// `tunnel_connected` 0 once paged as "tunnel down"; the terminal's one tunnel as
+    /// `tunnel_connected`; a gateway's terminals as `tunnel_peers`, which reads 0 while all
+    /// are quiet without meaning anything is down.
+    #[test]
+    fn tunnel_figures_follow_what_the_proxy_is() {
+        let split = metrics(&Registry::new(Mode::Split));
+        assert!(!split.contains("satpep_tunnel_"), "{split}");
+        let terminal = metrics(&Registry::new(Mode::Terminal));
+        assert!(
+            terminal.contains("\nsatpep_tunnel_connected 0\n"),
+            "{terminal}"
+        );
+        assert!(!terminal.contains("satpep_tunnel_peers"), "{terminal}");
+        let gateway = metrics(&Registry::new(Mode::Gateway));
+        assert!(gateway.contains("\nsatpep_tunnel_peers 0\n"), "{gateway}");
+        assert!(!gateway.contains("satpep_tunnel_connected"), "{gateway}");
+        // The alert that pages on a lost tunnel reads only the terminal's figure.
+        let rules = include_str!("../../../dist/prometheus/satpep-alerts.yml");
+        assert!(rules.contains("expr: satpep_tunnel_connected == 0"));
+        assert!(!rules.contains("satpep_tunnel_peers =="));
+    }
 }

@@ -50,6 +50,32 @@ pub struct Counters {
     pub reloads: AtomicU64,
     /// Configuration reloads refused (an invalid file, rules that did not install).
     pub reload_failures: AtomicU64,
+    /// Connections forwarded unsplit: nft's bypass counter, kept monotonic.
+    pub bypassed: Monotonic,
+}
+
+/// A count read from outside the process (nft's bypass counter) as a counter that never
+/// decreases: when the source cannot be read the last reading stands, and when it restarts
+/// from zero (the table was reinstalled) counting goes on from what it had reached.
+/// Prometheus reads any decrease as a restart and turns it into a spike in `rate()`.
+#[derive(Default, Debug)]
+pub struct Monotonic {
+    /// (sum of the readings before the source's restarts, the source's last reading)
+    state: Mutex<(u64, u64)>,
+}
+
+impl Monotonic {
+    /// Takes a new reading of the source (`None`: it could not be read); the count.
+    pub fn observe(&self, reading: Option<u64>) -> u64 {
+        let mut s = self.state.lock().unwrap();
+        if let Some(r) = reading {
+            if r < s.1 {
+                s.0 += s.1;
+            }
+            s.1 = r;
+        }
+        s.0 + s.1
+    }
 }
 
 /// One split connection.
@@ -162,9 +188,24 @@ pub struct ConnStatus {
     pub adaptive: Option<AdaptiveStatus>,
 }
 
+/// What this proxy is, which decides the figures it exports (a split proxy has no tunnel,
+/// a gateway many).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Split mode: no tunnel.
+    #[default]
+    Split,
+    /// A tunnel's terminal: one tunnel, to its gateway.
+    Terminal,
+    /// A tunnel's gateway: one tunnel per connected terminal, none while all are quiet.
+    Gateway,
+}
+
 /// Live connections plus totals.
 #[derive(Default)]
 pub struct Registry {
+    /// What this proxy is.
+    pub mode: Mode,
     next: AtomicU64,
     conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
     /// Live tunnel connections, for `/metrics`.
@@ -174,6 +215,14 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry for a proxy of `mode`.
+    pub fn new(mode: Mode) -> Self {
+        Registry {
+            mode,
+            ..Default::default()
+        }
+    }
+
     /// A tunnel connection came up.
     pub fn tunnel_up(&self, c: &quinn::Connection) {
         self.counters.tunnel_connections.fetch_add(1, Relaxed);
@@ -217,9 +266,12 @@ impl Registry {
         c
     }
 
-    /// Forgets a closed connection, folding its figures into the totals.
+    /// Forgets a closed connection, folding its figures into the totals. The fold and the
+    /// removal happen under the map's lock, which every reader of a total ([`Registry::relayed`],
+    /// [`Registry::retransmitted`]) also holds: a scrape in between would otherwise count the
+    /// connection twice or not at all, and a counter that goes back reads as a restart.
     pub fn remove(&self, c: &Conn) {
-        self.conns.lock().unwrap().remove(&c.id);
+        let mut conns = self.conns.lock().unwrap();
         let k = &self.counters;
         k.bytes_up.fetch_add(c.up.load(Relaxed), Relaxed);
         k.bytes_down.fetch_add(c.down.load(Relaxed), Relaxed);
@@ -231,8 +283,38 @@ impl Registry {
             k.retrans_terrestrial
                 .fetch_add(i.total_retrans as u64, Relaxed);
         }
+        conns.remove(&c.id);
+        drop(conns);
         // From here the owner may close the sockets.
         *c.fds.lock().unwrap() = None;
+    }
+
+    /// Segments retransmitted since start, (satellite leg, terrestrial leg): those of closed
+    /// connections plus the live ones' so far, read under the map's lock (see
+    /// [`Registry::remove`]).
+    pub fn retransmitted(&self) -> (u64, u64) {
+        let k = &self.counters;
+        let conns = self.conns.lock().unwrap();
+        let (mut sat, mut ter) = (
+            k.retrans_satellite.load(Relaxed),
+            k.retrans_terrestrial.load(Relaxed),
+        );
+        for c in conns.values() {
+            if let Some(i) = c.with_satellite(tcpinfo::read).flatten() {
+                sat += i.total_retrans as u64;
+            }
+            if let Some(i) = c.with_terrestrial(tcpinfo::read).flatten() {
+                ter += i.total_retrans as u64;
+            }
+        }
+        (sat, ter)
+    }
+
+    /// Connections forwarded unsplit since start (reads nft's counter: a process).
+    pub fn bypassed(&self) -> u64 {
+        self.counters
+            .bypassed
+            .observe(crate::netfilter::bypassed().ok())
     }
 
     /// Resets every connection idle for `limit` or more; returns how many.
@@ -286,5 +368,64 @@ impl Registry {
                 }),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outside_count_never_goes_back() {
+        let m = Monotonic::default();
+        assert_eq!(m.observe(Some(3)), 3);
+        // nft could not be read: the last count stands, not 0.
+        assert_eq!(m.observe(None), 3);
+        assert_eq!(m.observe(Some(5)), 5);
+        // The table was reinstalled and its counter starts again.
+        assert_eq!(m.observe(Some(0)), 5);
+        assert_eq!(m.observe(Some(2)), 7);
+        assert_eq!(m.observe(None), 7);
+    }
+
+    /// Connections come and go on other threads while totals are read: no read is smaller
+    /// than the one before it.
+    #[test]
+    fn totals_never_decrease_while_connections_close() {
+        let reg = Arc::new(Registry::default());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let workers: Vec<_> = (0..2)
+            .map(|w| {
+                let (reg, stop) = (reg.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let addr: SocketAddr = format!("198.18.0.{}:80", w + 1).parse().unwrap();
+                    let mut n = 0u64;
+                    while !stop.load(Relaxed) {
+                        // -1: no socket; the legs' TCP_INFO reads find none.
+                        let c = reg.add(addr, addr, None, -1);
+                        c.up.fetch_add(1000, Relaxed);
+                        c.down.fetch_add(7, Relaxed);
+                        reg.remove(&c);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let mut last = (0, 0);
+        let t = Instant::now();
+        let mut reads = 0;
+        while t.elapsed() < std::time::Duration::from_millis(500) {
+            let now = reg.relayed();
+            assert!(
+                now.0 >= last.0 && now.1 >= last.1,
+                "relayed went back: {last:?} -> {now:?} after {reads} reads"
+            );
+            last = now;
+            reads += 1;
+        }
+        stop.store(true, Relaxed);
+        let closed: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        assert_eq!(reg.relayed(), (closed * 1000, closed * 7));
     }
 }

@@ -219,7 +219,10 @@ async fn intercept(
     for w in crate::preflight::host_shortfall(&cfg) {
         warn!("{w}");
     }
-    let registry = Arc::new(Registry::default());
+    let registry = Arc::new(Registry::new(match cfg.tunnel {
+        Some(_) => crate::registry::Mode::Terminal,
+        None => crate::registry::Mode::Split,
+    }));
     let terminal = match &cfg.tunnel {
         Some(t) => {
             let term = Terminal::start(t, registry.clone())?;
@@ -574,7 +577,7 @@ fn log_summaries(
             (
                 k.total.load(Relaxed),
                 k.failed.load(Relaxed),
-                netfilter::bypassed().unwrap_or(0),
+                reg.bypassed(),
                 up,
                 down,
                 reg.live().len(),
@@ -908,7 +911,7 @@ async fn gateway(
 ) -> Result<Arc<Registry>, String> {
     // Credentials and the UDP port first: nothing is installed for a gateway that cannot run.
     let ep = crate::tunnel::endpoint(&t)?;
-    let registry = Arc::new(Registry::default());
+    let registry = Arc::new(Registry::new(crate::registry::Mode::Gateway));
     let control = start_control(&cfg, &registry).await?;
     // Flows are held at the terminal; the gateway intercepts nothing to hold.
     cfg.strict = false;

@@ -403,6 +403,42 @@ async fn relay(
     }
 }
 
+/// At most one log line per this interval about refused tunnel handshakes.
+const REFUSAL_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Lets one event in per interval be logged and counts those left out.
+struct LogBudget {
+    every: std::time::Duration,
+    /// When a line was last let through, and events left out since.
+    state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl LogBudget {
+    fn new(every: std::time::Duration) -> Self {
+        LogBudget {
+            every,
+            state: std::sync::Mutex::new((None, 0)),
+        }
+    }
+
+    /// An event at `now`: Some(events left out since the last line) if this one is to be
+    /// logged, None if it is left out.
+    fn admit(&self, now: std::time::Instant) -> Option<u64> {
+        let mut s = self.state.lock().unwrap();
+        match s.0 {
+            Some(last) if now.duration_since(last) < self.every => {
+                s.1 += 1;
+                None
+            }
+            _ => {
+                let more = s.1;
+                *s = (Some(now), 0);
+                Some(more)
+            }
+        }
+    }
+}
+
 /// Runs the gateway's QUIC endpoint until `shutdown`: accepts authenticated terminals and
 /// carries their flows to the servers on `leg` (the terrestrial leg), from the clients'
 /// addresses, with socket mark `mark`.
@@ -418,19 +454,24 @@ pub async fn run_gateway(
     let limit = t.hop.reorder_limit();
     info!(listen = %t.listen, congestion = t.hop.congestion.name(), "tunnel gateway listening");
     tokio::pin!(shutdown);
+    let refusals = Arc::new(LogBudget::new(REFUSAL_LOG_INTERVAL));
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             inc = ep.endpoint.accept() => {
                 let Some(inc) = inc else { break };
-                let (leg, reg) = (leg.clone(), reg.clone());
+                let (leg, reg, refusals) = (leg.clone(), reg.clone(), refusals.clone());
                 tokio::spawn(async move {
                     let from = inc.remote_address();
                     let conn = match inc.await {
                         Ok(c) => c,
                         Err(e) => {
                             reg.counters.tunnel_handshake_failures.fetch_add(1, Relaxed);
-                            warn!(%from, error = %e, "refused a tunnel peer (handshake failed)");
+                            // A scanned gateway fails handshakes by the thousand: one line
+                            // per interval, the rest counted (and in the metric).
+                            if let Some(more) = refusals.admit(std::time::Instant::now()) {
+                                warn!(%from, error = %e, more_since_last_line = more, "refused a tunnel peer (handshake failed)");
+                            }
                             return;
                         }
                     };
@@ -669,4 +710,25 @@ async fn gateway_flow(
     c.active.fetch_sub(1, Relaxed);
     let clean = r.to_stream == End::Fin && r.to_tcp == End::Fin;
     debug!(target: crate::CONNECTION_LOG, %src, %dst, up = r.received, down = r.sent, clean, "tunnel flow closed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn refused_handshakes_log_one_line_per_interval() {
+        let b = LogBudget::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(b.admit(t0), Some(0));
+        // A scan: a thousand refusals within the interval make no line.
+        for i in 1..=1000 {
+            assert_eq!(b.admit(t0 + Duration::from_millis(i)), None);
+        }
+        // The next line says how many were left out.
+        assert_eq!(b.admit(t0 + Duration::from_secs(10)), Some(1000));
+        assert_eq!(b.admit(t0 + Duration::from_secs(11)), None);
+        assert_eq!(b.admit(t0 + Duration::from_secs(25)), Some(1));
+    }
 }

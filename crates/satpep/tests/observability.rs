@@ -89,8 +89,92 @@ impl Drop for Killed {
     }
 }
 
-#[test]
-fn the_dashboard_and_alert_rules_work_against_a_real_prometheus() {
+/// Prometheus in `host`'s namespace of `lab`, scraping that proxy every second with the
+/// rules of `dist/`, started and ready (killed when dropped).
+struct Prom {
+    _child: Killed,
+    ns: String,
+    dir: PathBuf,
+}
+
+impl Prom {
+    fn start(lab: &satpep_lab::topology::Lab, host: Host, tag: &str) -> Prom {
+        let rules = repo().join("dist/prometheus/satpep-alerts.yml");
+        let dir = std::env::temp_dir().join(format!("satpep-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: satpep\n    static_configs:\n      - targets: ['127.0.0.1:9917']\n",
+                rules.canonicalize().unwrap().display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = lab
+            .command(host, "prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={PROMETHEUS}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let p = Prom {
+            _child: Killed(child),
+            ns: lab.ns(host),
+            dir,
+        };
+        let t = Instant::now();
+        while http(&p.ns, "GET", "/-/ready", "").is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "Prometheus not ready: {}",
+                p.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prom {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A download from the lab's server to its client that lasts `secs` seconds.
+fn download(lab: &satpep_lab::topology::Lab, secs: u64) -> std::thread::JoinHandle<()> {
+    let listener = in_netns(&lab.ns(Host::Server), || {
+        TcpListener::bind("0.0.0.0:9600").unwrap()
+    })
+    .join()
+    .unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let chunk = vec![7u8; 64 * 1024];
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(secs) && s.write_all(&chunk).is_ok() {}
+        }
+    });
+    in_netns(&lab.ns(Host::Client), || {
+        let mut s = TcpStream::connect("198.18.3.2:9600").unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+    })
+}
+
+fn require_prometheus() {
     require_root();
     for tool in ["prometheus", "promtool"] {
         assert!(
@@ -103,6 +187,44 @@ fn the_dashboard_and_alert_rules_work_against_a_real_prometheus() {
             "{tool} is not installed (apt install prometheus; .ci/run does)"
         );
     }
+}
+
+/// A healthy split proxy has no tunnel: no alert is pending or firing on it (a
+/// `satpep_tunnel_connected` of 0 once paged on every split proxy), and it exports no
+/// tunnel figures at all.
+#[test]
+fn alert_rules_stay_silent_on_a_healthy_split_proxy() {
+    require_prometheus();
+    let lab = lab_with(
+        "obss",
+        "[both]\nrate='20Mbit'\ndelay='50ms'\n",
+        Some(Pep::default()),
+    );
+    let _reader = download(&lab, 40);
+    let prom = Prom::start(&lab, Host::Terminal, "obss");
+    // Long enough for every rule to be evaluated on data (rates over a few scrapes).
+    std::thread::sleep(Duration::from_secs(12));
+    assert!(
+        !query(&prom.ns, "satpep_connections_active").is_empty(),
+        "no scrape of the split proxy: {}",
+        prom.log()
+    );
+    assert!(
+        query(&prom.ns, "{__name__=~\"satpep_tunnel_.*\"}").is_empty(),
+        "a split proxy exports tunnel figures"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&http(&prom.ns, "GET", "/api/v1/alerts", "").unwrap()).unwrap();
+    let alerts = v["data"]["alerts"].as_array().cloned().unwrap_or_default();
+    assert!(
+        alerts.is_empty(),
+        "alerts pending or firing on a healthy split proxy: {alerts:?}"
+    );
+}
+
+#[test]
+fn the_dashboard_and_alert_rules_work_against_a_real_prometheus() {
+    require_prometheus();
     let rules = repo().join("dist/prometheus/satpep-alerts.yml");
     let check = std::process::Command::new("promtool")
         .args(["check", "rules"])
@@ -155,62 +277,11 @@ fn the_dashboard_and_alert_rules_work_against_a_real_prometheus() {
             ..Default::default()
         }),
     );
-    let listener = in_netns(&lab.ns(Host::Server), || {
-        TcpListener::bind("0.0.0.0:9600").unwrap()
-    })
-    .join()
-    .unwrap();
-    std::thread::spawn(move || {
-        if let Ok((mut s, _)) = listener.accept() {
-            let chunk = vec![7u8; 64 * 1024];
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(60) && s.write_all(&chunk).is_ok() {}
-        }
-    });
-    let _reader = in_netns(&lab.ns(Host::Client), || {
-        let mut s = TcpStream::connect("198.18.3.2:9600").unwrap();
-        let mut buf = vec![0u8; 64 * 1024];
-        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
-    });
+    let _reader = download(&lab, 60);
 
     // Prometheus in the terminal's namespace, scraping its proxy every second.
-    let dir = std::env::temp_dir().join(format!("satpep-obs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: satpep\n    static_configs:\n      - targets: ['127.0.0.1:9917']\n",
-            rules.canonicalize().unwrap().display()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let prom = lab
-        .command(Host::Terminal, "prometheus")
-        .arg(format!("--config.file={}", cfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={PROMETHEUS}"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let prom = Killed(prom);
-    let ns = lab.ns(Host::Terminal);
-    let prom_log = || std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
-    let t = Instant::now();
-    while http(&ns, "GET", "/-/ready", "").is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "Prometheus not ready: {}",
-            prom_log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let prom = Prom::start(&lab, Host::Terminal, "obs");
+    let ns = prom.ns.clone();
     // Enough scrapes for the rate windows.
     std::thread::sleep(Duration::from_secs(12));
 
@@ -266,9 +337,8 @@ fn the_dashboard_and_alert_rules_work_against_a_real_prometheus() {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
+    let plog = prom.log();
     drop(prom);
-    let plog = prom_log();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(missing.is_empty(), "no data for:\n{}", missing.join("\n"));
     assert!(
         raised,

@@ -16,3 +16,58 @@ fn ci_runs_the_readme_test_command() {
     );
     assert!(readme.contains("lab run demo"), "README lacks the main job");
 }
+
+/// The README's first command is `scripts/install-deps.sh && cargo …` in one shell: on a
+/// machine whose Rust lives in ~/.cargo/bin (rustup's place, not on a login PATH), the
+/// script must leave cargo reachable on Debian's default PATH in that same command.
+#[test]
+fn install_deps_leaves_cargo_on_the_default_path() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: install-deps.sh needs root");
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new("bash")
+        .args(["-c", "scripts/install-deps.sh && cargo --version"])
+        .current_dir(&root)
+        .env_clear()
+        .env(
+            "HOME",
+            std::env::var("HOME").unwrap_or_else(|_| "/root".into()),
+        )
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "install-deps.sh && cargo --version on Debian's default PATH: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cargo "));
+}
+
+/// The README's part table is one Markdown table (a blank line inside it renders the rest
+/// as text) and names the default satellite controller.
+#[test]
+fn readme_part_table_is_one_table() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme
+        .find("| part | command |")
+        .expect("README has the part table");
+    let rest = &readme[start..];
+    let table: Vec<&str> = rest.lines().take_while(|l| l.starts_with('|')).collect();
+    let after = rest.lines().skip(table.len()).take(3).collect::<Vec<_>>();
+    assert!(
+        !after.iter().any(|l| l.starts_with('|')),
+        "a blank line splits the README's part table: {after:?}"
+    );
+    let text = table.join("\n");
+    for part in ["satpep_sat", "`satpep link`", "package"] {
+        assert!(text.contains(part), "the part table lacks {part}");
+    }
+}

@@ -60,8 +60,8 @@ pub(crate) fn sample_tunnel(lab: &Lab, host: Host) -> Poll<Vec<TunnelSample>> {
         Duration::from_millis(500),
         Duration::MAX,
         move || fetch(addr),
-        |out: &mut Vec<TunnelSample>, text, t| {
-            out.extend(parse(text, t));
+        move |out: &mut Vec<TunnelSample>, text, t| {
+            out.extend(parse(text, t, host));
             false
         },
     )
@@ -144,9 +144,15 @@ fn fetch(addr: SocketAddr) -> Option<String> {
     head.starts_with("HTTP/1.0 200").then(|| body.to_string())
 }
 
-/// The first tunnel's figures in a Prometheus exposition, at `t` s; None when no tunnel is
-/// up (no window reported).
-pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
+/// The first tunnel's figures in a Prometheus exposition of the proxy in `host`, at `t` s;
+/// None when no tunnel is up (no window reported).
+pub fn parse(text: &str, t: f64, host: Host) -> Option<TunnelSample> {
+    // The proxy's `direction` is towards the servers (up) or the clients (down) at both
+    // ends: what a terminal sends goes up, what a gateway sends down.
+    let sent = match host {
+        Host::Gateway | Host::Server => "direction=\"down\"",
+        _ => "direction=\"up\"",
+    };
     let mut s = TunnelSample {
         t,
         window_bytes: 0,
@@ -164,8 +170,8 @@ pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
         match name {
             "tunnel_window_bytes" if window.is_none() => window = Some(v as u64),
             "tunnel_rtt_seconds" if s.rtt_ms == 0.0 => s.rtt_ms = v * 1e3,
-            "tunnel_model_rate_bits_per_second" if s.model_rate_bps.is_none() => {
-                s.model_rate_bps = Some(v)
+            "tunnel_model_rate_bytes_per_second" if s.model_rate_bps.is_none() => {
+                s.model_rate_bps = Some(v * 8.0)
             }
             "tunnel_model_base_rtt_seconds" if s.model_base_rtt_ms.is_none() => {
                 s.model_base_rtt_ms = Some(v * 1e3)
@@ -177,9 +183,7 @@ pub fn parse(text: &str, t: f64) -> Option<TunnelSample> {
             "tunnel_lost_packets_total" if s.lost_packets.is_none() => {
                 s.lost_packets = Some(v as u64)
             }
-            "tunnel_udp_bytes_total"
-                if s.udp_tx_bytes.is_none() && labels.contains("direction=\"tx\"") =>
-            {
+            "tunnel_udp_bytes_total" if s.udp_tx_bytes.is_none() && labels.contains(sent) => {
                 s.udp_tx_bytes = Some(v as u64)
             }
             "tunnel_controller_phase" if v == 1.0 && s.phase.is_empty() => {
@@ -206,17 +210,18 @@ mod tests {
             # TYPE satpep_tunnel_window_bytes gauge\n\
             satpep_tunnel_window_bytes{peer=\"198.18.2.1:7701\"} 3541376.0\n\
             satpep_tunnel_rtt_seconds{peer=\"198.18.2.1:7701\"} 0.5832\n\
-            satpep_tunnel_model_rate_bits_per_second{peer=\"198.18.2.1:7701\"} 46640856.0\n\
+            satpep_tunnel_model_rate_bytes_per_second{peer=\"198.18.2.1\"} 5830107.0\n\
             satpep_tunnel_model_base_rtt_seconds{peer=\"198.18.2.1:7701\"} 0.5604\n\
             satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"startup\"} 0.0\n\
             satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"drain\"} 1.0\n\
             satpep_tunnel_channel_loss_ratio{peer=\"198.18.2.1:7701\"} 0.0125\n\
             satpep_tunnel_sent_packets_total{peer=\"198.18.2.1:7701\"} 120\n\
             satpep_tunnel_lost_packets_total{peer=\"198.18.2.1:7701\"} 7\n\
-            satpep_tunnel_udp_bytes_total{peer=\"198.18.2.1:7701\",direction=\"rx\"} 900\n\
-            satpep_tunnel_udp_bytes_total{peer=\"198.18.2.1:7701\",direction=\"tx\"} 150000\n\
+            satpep_tunnel_udp_bytes_total{peer=\"198.18.2.1:7701\",direction=\"up\"} 900\n\
+            satpep_tunnel_udp_bytes_total{peer=\"198.18.2.1:7701\",direction=\"down\"} 150000\n\
             satpep_tunnel_window_bytes{peer=\"198.18.2.9:7701\"} 5.0\n";
-        let s = parse(text, 1.5).unwrap();
+        // A gateway's exposition: it sends down.
+        let s = parse(text, 1.5, Host::Gateway).unwrap();
         assert_eq!(s.t, 1.5);
         assert_eq!(s.window_bytes, 3_541_376);
         assert!((s.rtt_ms - 583.2).abs() < 1e-9);
@@ -227,8 +232,16 @@ mod tests {
         assert_eq!(s.lost_packets, Some(7));
         assert_eq!(s.udp_tx_bytes, Some(150_000));
         assert_eq!(s.channel_loss, Some(0.0125));
+        // A terminal sends up.
+        assert_eq!(
+            parse(text, 1.5, Host::Terminal).unwrap().udp_tx_bytes,
+            Some(900)
+        );
         // No tunnel up: no sample.
-        assert_eq!(parse("satpep_tunnel_connected 0\n", 0.0), None);
+        assert_eq!(
+            parse("satpep_tunnel_connected 0\n", 0.0, Host::Terminal),
+            None
+        );
         assert!(!connected("satpep_tunnel_connected 0\n"));
         assert!(connected(
             "# TYPE satpep_tunnel_connected gauge\nsatpep_tunnel_connected 1\n"
