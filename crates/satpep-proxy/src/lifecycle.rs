@@ -284,6 +284,14 @@ pub async fn keep(
                     error!(error = %e, "reload refused: the running configuration stays");
                 }
                 Some(Ok(mut new)) => {
+                    // As a start would: an interface that is not there intercepts nothing.
+                    let missing =
+                        crate::preflight::interface_refusals(&new, crate::preflight::interface_exists);
+                    if !missing.is_empty() {
+                        k.reload_failures.fetch_add(1, Relaxed);
+                        error!(error = %missing.join("; "), "reload refused: the running configuration stays");
+                        continue;
+                    }
                     crate::notify::reloading();
                     if legs.is_some() {
                         match resolve_legs(&cfg, &new) {

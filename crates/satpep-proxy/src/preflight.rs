@@ -65,7 +65,8 @@ pub fn host_shortfall(cfg: &ProxyConfig) -> Vec<String> {
 }
 
 /// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// A start would fail.
     Error,
@@ -75,7 +76,7 @@ pub enum Severity {
 }
 
 /// One thing the check found, naming the config key or the system setting at fault.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Finding {
     /// Error or warning.
     pub severity: Severity,
@@ -133,6 +134,87 @@ pub fn wanted_congestion(cfg: &ProxyConfig) -> Vec<(String, String)> {
     v
 }
 
+/// Everything a start refuses before it installs anything, each naming the key at fault:
+/// Fast Open the host does not allow, interfaces that do not exist, strict handshakes
+/// without iptables. `--check` reports the same list, so it never passes what a start
+/// refuses.
+pub fn start_refusals(cfg: &ProxyConfig) -> Vec<String> {
+    let mut v = fastopen_refusals(cfg);
+    v.extend(interface_refusals(cfg, interface_exists));
+    v.extend(strict_refusals(cfg, on_path));
+    v
+}
+
+/// Whether this host (this network namespace) has an interface `name`.
+pub fn interface_exists(name: &str) -> bool {
+    std::path::Path::new("/sys/class/net").join(name).exists()
+}
+
+/// Interfaces the configuration names that `exists` does not know. An interception
+/// interface that is not there catches nothing, silently; a leg's is where its routes go.
+pub fn interface_refusals(cfg: &ProxyConfig, exists: impl Fn(&str) -> bool) -> Vec<String> {
+    let known = || {
+        let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names.join(" ")
+    };
+    let mut v = Vec::new();
+    for i in cfg.interfaces.iter().filter(|i| !exists(i)) {
+        v.push(format!(
+            "intercept.interfaces: '{i}' is not an interface of this host (it has: {}): nothing arriving on it would be intercepted",
+            known()
+        ));
+    }
+    for (leg, key) in [
+        (&cfg.satellite, "satellite"),
+        (&cfg.terrestrial, "terrestrial"),
+    ] {
+        if let Some(i) = leg.interface.as_ref().filter(|i| !exists(i)) {
+            v.push(format!(
+                "{key}.interface: '{i}' is not an interface of this host (it has: {})",
+                known()
+            ));
+        }
+    }
+    v
+}
+
+/// Strict handshakes hold SYNs with iptables' NFQUEUE target (both families): without the
+/// programs a start fails half-way. A gateway holds nothing.
+pub fn strict_refusals(cfg: &ProxyConfig, found: impl Fn(&str) -> bool) -> Vec<String> {
+    let gateway = cfg.tunnel.as_ref().is_some_and(|t| t.role == Role::Gateway);
+    if !cfg.strict || gateway {
+        return Vec::new();
+    }
+    ["iptables", "ip6tables"]
+        .into_iter()
+        .filter(|p| !found(p))
+        .map(|p| {
+            format!(
+                "proxy.handshake = \"strict\" holds SYNs with {p}'s NFQUEUE target, and {p} is not installed (apt install iptables), or use handshake = \"fast\""
+            )
+        })
+        .collect()
+}
+
+/// Whether `prog` is an executable file in a directory of `PATH`.
+fn on_path(prog: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p).any(|d| {
+                std::fs::metadata(d.join(prog))
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+        })
+        .unwrap_or(false)
+}
+
 /// What a start refuses about Fast Open: a leg that asks for it where the host does not
 /// allow it. The leg toward the clients listens, the other connects.
 pub fn fastopen_refusals(cfg: &ProxyConfig) -> Vec<String> {
@@ -172,7 +254,7 @@ pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
             message: m,
         })
     };
-    for e in fastopen_refusals(cfg) {
+    for e in start_refusals(cfg) {
         error(e);
     }
     // Congestion controls: the kernel's, or satpep's own (loaded for the check).
@@ -266,5 +348,43 @@ fn nft_check(ruleset: &str) -> Result<(), String> {
             "nftables refuses the ruleset (nft --check): {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ProxyFile;
+
+    fn cfg(t: &str) -> ProxyConfig {
+        ProxyFile::parse(t).unwrap().resolve().unwrap()
+    }
+
+    #[test]
+    fn interfaces_that_are_not_there_are_refused_by_key() {
+        let c = cfg("[intercept]\ninterfaces = ['lan0', 'ghost0']\n[satellite]\ninterface = 'sat0'\n[terrestrial]\ninterface = 'ghost1'\n");
+        let have = |n: &str| n == "lan0" || n == "sat0";
+        let v = interface_refusals(&c, have);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v[0].starts_with("intercept.interfaces: 'ghost0'"), "{v:?}");
+        assert!(v[1].starts_with("terrestrial.interface: 'ghost1'"), "{v:?}");
+        assert!(interface_refusals(&c, |_| true).is_empty());
+        // No interface named: nothing to refuse.
+        assert!(interface_refusals(&cfg(""), |_| false).is_empty());
+    }
+
+    #[test]
+    fn strict_handshakes_need_iptables_except_at_a_gateway() {
+        let strict = cfg("[proxy]\nhandshake = 'strict'\n");
+        let v = strict_refusals(&strict, |p| p == "iptables");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("ip6tables") && v[0].contains("proxy.handshake"),
+            "{v:?}"
+        );
+        assert!(strict_refusals(&strict, |_| true).is_empty());
+        assert!(strict_refusals(&cfg(""), |_| false).is_empty());
+        let gw = cfg("[proxy]\nhandshake = 'strict'\n[tunnel]\nrole = 'gateway'\nca = 'ca.pem'\ncert = 'g.pem'\nkey = 'g.key'\n");
+        assert!(strict_refusals(&gw, |_| false).is_empty());
     }
 }

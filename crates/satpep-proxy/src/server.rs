@@ -163,15 +163,17 @@ fn bundled_in_use(cfg: &ProxyConfig) -> Vec<&'static str> {
         .collect()
 }
 
-/// What can fail before anything is installed: Fast Open, the congestion controls the
+/// What can fail before anything is installed: what [`crate::preflight::start_refusals`]
+/// names (Fast Open, interfaces, strict handshakes' iptables), the congestion controls the
 /// configuration names (satpep's own are loaded here, for as long as the returned handles
 /// live, unless something else such as `satpep cc load --pin` already registered them) and
 /// the adaptive policy's. Each error names the config key that asked.
 fn check_and_load(cfg: &mut ProxyConfig) -> Result<Vec<satpep_cc::Loaded>, String> {
     refresh_pinned(cfg);
     let default_cc = default_satellite_congestion(cfg);
-    if let Some(e) = crate::preflight::fastopen_refusals(cfg).into_iter().next() {
-        return Err(e);
+    let refused = crate::preflight::start_refusals(cfg);
+    if !refused.is_empty() {
+        return Err(refused.join("; "));
     }
     let mut bundled: Vec<satpep_cc::Loaded> = default_cc.into_iter().collect();
     for (cc, key) in crate::preflight::wanted_congestion(cfg) {

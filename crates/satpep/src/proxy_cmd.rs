@@ -38,6 +38,11 @@ pub struct ProxyCmd {
     /// ruleset on stdout and each finding on stderr; exits non-zero on any error.
     #[arg(long)]
     check: bool,
+    /// With --check: one JSON object on stdout instead (passed, errors, warnings, findings
+    /// with severity and message, the ruleset), for scripts and configuration management.
+    /// The exit status is the same.
+    #[arg(long, requires = "check")]
+    json: bool,
     /// Remove anything a previous run left installed, and exit.
     #[arg(long)]
     cleanup: bool,
@@ -76,7 +81,7 @@ pub fn main(mut cmd: ProxyCmd) -> Result<(), String> {
     }
     let cfg = load(cmd.config.as_deref())?;
     if cmd.check {
-        return check(&cfg);
+        return check(&cfg, cmd.json);
     }
     if cmd.cleanup {
         let found = satpep_proxy::netfilter::cleanup(cfg.mark, cfg.table);
@@ -130,27 +135,42 @@ pub fn main(mut cmd: ProxyCmd) -> Result<(), String> {
     })
 }
 
-/// `--check`: the ruleset on stdout, findings on stderr, an error if any finding is one.
-fn check(cfg: &satpep_proxy::config::ProxyConfig) -> Result<(), String> {
+/// `--check`: the ruleset on stdout, findings on stderr (or all of it as one JSON object on
+/// stdout), an error if any finding is one.
+fn check(cfg: &satpep_proxy::config::ProxyConfig, json: bool) -> Result<(), String> {
     use satpep_proxy::preflight::{preflight, Severity};
-    print!("{}", satpep_proxy::netfilter::ruleset(cfg));
+    let ruleset = satpep_proxy::netfilter::ruleset(cfg);
     let found = preflight(cfg);
     let errors = found
         .iter()
         .filter(|f| f.severity == Severity::Error)
         .count();
-    for f in &found {
-        let level = match f.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-        };
-        eprintln!("{level}: {}", f.message);
+    if json {
+        let out = serde_json::json!({
+            "passed": errors == 0,
+            "errors": errors,
+            "warnings": found.len() - errors,
+            "findings": found,
+            "ruleset": ruleset,
+        });
+        println!("{out:#}");
+    } else {
+        print!("{ruleset}");
+        for f in &found {
+            let level = match f.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+            };
+            eprintln!("{level}: {}", f.message);
+        }
     }
     if errors > 0 {
         return Err(format!(
             "the check found {errors} error(s); satpep proxy would not start"
         ));
     }
-    eprintln!("check passed ({} warning(s))", found.len() - errors);
+    if !json {
+        eprintln!("check passed ({} warning(s))", found.len() - errors);
+    }
     Ok(())
 }

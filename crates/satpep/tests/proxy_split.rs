@@ -269,6 +269,105 @@ fn check_catches_what_a_start_would_refuse_or_degrade() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// What a start refuses, `--check` refuses, with the same words: interfaces that are not
+/// there, strict handshakes without iptables; `--json` gives the same findings to scripts.
+/// In a lab's namespace, so a start that wrongly went ahead would touch only the lab.
+#[test]
+fn check_refuses_what_a_start_refuses() {
+    let lab = lab("prefuse", "[both]\nrate='10Mbit'\ndelay='5ms'\n");
+    let dir = std::env::temp_dir().join(format!("satpep-prefuse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // A PATH with nft but not iptables, as on a host without the iptables package.
+    let bin_dir = dir.join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    for tool in ["nft", "ip", "sysctl"] {
+        let found = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .unwrap();
+        let path = String::from_utf8_lossy(&found.stdout).trim().to_string();
+        std::os::unix::fs::symlink(path, bin_dir.join(tool)).unwrap();
+    }
+    let no_iptables = format!("{}:/usr/bin:/bin", bin_dir.display());
+    let run = |name: &str, text: &str, args: &[&str], path: Option<&str>| {
+        let f = dir.join(name);
+        std::fs::write(&f, text).unwrap();
+        let mut c = lab.command(Host::Terminal, bin());
+        c.args(["proxy", "--config"]).arg(&f).args(args);
+        if let Some(p) = path {
+            c.env("PATH", p);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (name, text, path, said) in [
+        (
+            "ghost.toml",
+            "[intercept]\ninterfaces = ['ghost0']\n",
+            None,
+            "intercept.interfaces: 'ghost0' is not an interface of this host",
+        ),
+        (
+            "leg.toml",
+            "[satellite]\ninterface = 'ghost1'\n",
+            None,
+            "satellite.interface: 'ghost1' is not an interface of this host",
+        ),
+        (
+            "strict.toml",
+            "[proxy]\nhandshake = 'strict'\n",
+            Some(no_iptables.as_str()),
+            "holds SYNs with iptables's NFQUEUE target, and iptables is not installed",
+        ),
+    ] {
+        let (ok, _, err) = run(name, text, &["--check"], path);
+        assert!(!ok && err.contains(said), "--check of {name}: {err}");
+        let (ok, out, _) = run(name, text, &["--check", "--json"], path);
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert!(!ok && v["passed"] == false, "{out}");
+        assert!(
+            v["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["severity"] == "error" && f["message"].as_str().unwrap().contains(said)),
+            "{out}"
+        );
+        // A start refuses with the same words, before it installs anything.
+        let (ok, _, err) = run(name, text, &[], path);
+        assert!(!ok && err.contains(said), "a start of {name}: {err}");
+        let tables = lab
+            .command(Host::Terminal, "nft")
+            .args(["list", "tables"])
+            .output()
+            .unwrap();
+        assert!(
+            !String::from_utf8_lossy(&tables.stdout).contains("table inet satpep\n"),
+            "a refused start of {name} left its table"
+        );
+    }
+    // An interface that is there passes, and --json says so.
+    let (ok, out, _) = run(
+        "real.toml",
+        "[intercept]\ninterfaces = ['lo']\n",
+        &["--check", "--json"],
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(ok && v["passed"] == true && v["errors"] == 0, "{out}");
+    assert!(
+        v["ruleset"].as_str().unwrap().contains("table inet satpep"),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn check_warns_of_host_buffers_that_hold_a_long_path_back() {
     // The lab's PEP hosts have what satpep asks of a host; the kernel's own defaults (a
