@@ -8,7 +8,7 @@ use std::path::PathBuf;
 /// Arguments of `satpep lab run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// A scenario file (FILE.toml) or a preset (demo, field, tunnel, cc-sweep, relay-overhead,
+    /// A scenario file (FILE.toml) or a preset (demo, field, corpus, tunnel, cc-sweep, relay-overhead,
     /// link-accuracy, load, faults, lawson2006, bharadwaj1999, urke2011, shao2002,
     /// vanzara2017; `--list` describes them).
     #[arg(required_unless_present = "list")]
@@ -19,6 +19,14 @@ pub struct RunArgs {
     /// Seconds per transfer (scenarios: replaces every cell's duration).
     #[arg(long, value_name = "S")]
     pub duration: Option<u32>,
+    /// Seed of every cell's loss and jitter processes (replaces the scenario's `seed`;
+    /// repetition k uses S + k), and of a corpus's drawn links: a new seed draws new links.
+    /// Results go to their own directory (NAME-seedS) unless --out says otherwise.
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+    /// Runs per cell (replaces the scenario's `repetitions`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repetitions: Option<u32>,
     /// Shorter, smaller version (the scenario's [quick] settings).
     #[arg(long)]
     pub quick: bool,
@@ -63,6 +71,13 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     if let Some(d) = args.duration {
         over.insert("duration".into(), toml::Value::String(format!("{d}s")));
     }
+    if let Some(seed) = args.seed {
+        let s = i64::try_from(seed).map_err(|_| format!("--seed {seed}: at most {}", i64::MAX))?;
+        over.insert("seed".into(), toml::Value::Integer(s));
+    }
+    if let Some(n) = args.repetitions {
+        over.insert("repetitions".into(), toml::Value::Integer(n.into()));
+    }
     let mut sc =
         Scenario::parse_with(&source, args.quick, &over).map_err(|e| format!("{what}: {e}"))?;
     if let Some(only) = &args.only {
@@ -71,11 +86,14 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     crate::sys::require_root()?;
     crate::catch_interrupts();
     let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("lab-results").join(if args.quick {
-            format!("{}-quick", sc.name)
-        } else {
-            sc.name.clone()
-        })
+        let mut dir = sc.name.clone();
+        if args.quick {
+            dir.push_str("-quick");
+        }
+        if let Some(seed) = args.seed {
+            dir.push_str(&format!("-seed{seed}"));
+        }
+        PathBuf::from("lab-results").join(dir)
     });
     let md = scenario::run(
         &sc,

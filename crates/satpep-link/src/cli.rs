@@ -230,6 +230,8 @@ impl LinkArgs {
                         with_loss_flags(l, &self.$l)
                     },
                     reorder: None,
+                    rate_schedule: None,
+                    delay_schedule: None,
                     builtin_delay_trace: None,
                     builtin_rate_trace: None,
                 }

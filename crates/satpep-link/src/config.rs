@@ -30,12 +30,18 @@ pub struct DirectionSpec {
     pub rate: Option<String>,
     /// Rate trace file (replaces `rate`).
     pub rate_trace: Option<PathBuf>,
+    /// A rate trace written inline, in a trace file's format with `;` or newlines between
+    /// points, e.g. "0 50Mbit; 8 12Mbit; 16 50Mbit; 30 50Mbit; repeat" (replaces `rate`): a
+    /// scenario or a generated link carries its schedule without a file beside it.
+    pub rate_schedule: Option<String>,
     /// Extra bytes per frame on the channel (framing, encapsulation).
     pub overhead: Option<u32>,
     /// Fixed one-way propagation delay, e.g. "280ms".
     pub delay: Option<String>,
     /// Delay trace file (replaces `delay`).
     pub delay_trace: Option<PathBuf>,
+    /// A delay trace written inline (as `rate_schedule`; replaces `delay`).
+    pub delay_schedule: Option<String>,
     /// Uniform jitter ± this much around the propagation delay.
     pub jitter: Option<String>,
     /// Let jitter reorder frames (default false: frames leave in arrival order).
@@ -94,23 +100,18 @@ impl DirectionSpec {
     /// Overlays `o` on `self`: every field `o` sets wins; a rate (delay) replaces a rate (delay)
     /// trace and vice versa.
     pub fn overlay(&mut self, o: &DirectionSpec) {
-        if o.rate.is_some() || o.rate_trace.is_some() {
+        // A rate (delay) of one form replaces one of every other form.
+        if o.rate.is_some() || o.rate_trace.is_some() || o.rate_schedule.is_some() {
             self.builtin_rate_trace = None;
-        }
-        if o.rate.is_some() {
-            self.rate_trace = None;
-        }
-        if o.rate_trace.is_some() {
             self.rate = None;
+            self.rate_trace = None;
+            self.rate_schedule = None;
         }
-        if o.delay.is_some() || o.delay_trace.is_some() {
+        if o.delay.is_some() || o.delay_trace.is_some() || o.delay_schedule.is_some() {
             self.builtin_delay_trace = None;
-        }
-        if o.delay.is_some() {
-            self.delay_trace = None;
-        }
-        if o.delay_trace.is_some() {
             self.delay = None;
+            self.delay_trace = None;
+            self.delay_schedule = None;
         }
         macro_rules! take {
             ($($f:ident),*) => { $( if o.$f.is_some() { self.$f = o.$f.clone(); } )* };
@@ -118,9 +119,11 @@ impl DirectionSpec {
         take!(
             rate,
             rate_trace,
+            rate_schedule,
             overhead,
             delay,
             delay_trace,
+            delay_schedule,
             jitter,
             reorder,
             queue,
@@ -302,7 +305,31 @@ struct PartialDir {
 
 impl PartialDir {
     fn resolve(dir: &str, s: &DirectionSpec) -> Result<PartialDir, String> {
+        let given = [s.rate.is_some(), s.rate_trace.is_some(), s.rate_schedule.is_some()];
+        if given.iter().filter(|&&g| g).count() > 1 {
+            return Err(format!(
+                "{dir}: give one of rate, rate_trace and rate_schedule"
+            ));
+        }
+        let given = [s.delay.is_some(), s.delay_trace.is_some(), s.delay_schedule.is_some()];
+        if given.iter().filter(|&&g| g).count() > 1 {
+            return Err(format!(
+                "{dir}: give one of delay, delay_trace and delay_schedule"
+            ));
+        }
         let rate = match (&s.rate, &s.rate_trace) {
+            (None, None) if s.rate_schedule.is_some() => {
+                let t = Trace::parse_rate_inline(s.rate_schedule.as_deref().expect("checked"))
+                    .map_err(|e| format!("{dir} rate_schedule: {e}"))?;
+                if t.max() > MAX_RATE || t.min() < MIN_RATE {
+                    return Err(format!(
+                        "{dir} rate_schedule: rates must be between {} and {}",
+                        fmt_rate(MIN_RATE),
+                        fmt_rate(MAX_RATE)
+                    ));
+                }
+                RateSource::Trace(t)
+            }
             (None, None) if s.builtin_rate_trace.is_some() => {
                 RateSource::Trace(s.builtin_rate_trace.clone().expect("checked"))
             }
@@ -342,6 +369,10 @@ impl PartialDir {
             }
             (None, Some(p), _) => DelaySource::Trace(
                 Trace::load_delay(p).map_err(|e| format!("{dir} delay trace: {e}"))?,
+            ),
+            (None, None, _) if s.delay_schedule.is_some() => DelaySource::Trace(
+                Trace::parse_delay_inline(s.delay_schedule.as_deref().expect("checked"))
+                    .map_err(|e| format!("{dir} delay_schedule: {e}"))?,
             ),
             (None, None, Some(t)) => DelaySource::Trace(t.clone()),
             (None, None, None) => DelaySource::Fixed(0),
@@ -560,6 +591,32 @@ mod tests {
         assert_eq!(c.ret.rate, RateSource::Fixed(1e6));
         // 150 % of 1 Mbit/s × 20 ms = 3750 B.
         assert_eq!(c.ret.queue, QueueLimit::Bytes(3750));
+    }
+
+    #[test]
+    fn inline_schedules_are_traces_and_replace_other_forms() {
+        let s = spec("preset = 'geo'\n[forward]\nrate_schedule = '0 50Mbit; 8 10Mbit; 12 50Mbit; 20 50Mbit; repeat'\ndelay_schedule = \"0 280ms\\n10 300ms\"\n");
+        let c = LinkSpec::layered(&[&s]).unwrap().resolve().unwrap();
+        let RateSource::Trace(t) = &c.forward.rate else {
+            panic!("{:?}", c.forward.rate)
+        };
+        assert!(t.repeats() && t.max() == 50e6 && t.min() == 10e6);
+        assert!(matches!(c.forward.delay, DelaySource::Trace(_)));
+        // The return link keeps the preset's fixed rate.
+        assert_eq!(c.ret.rate, RateSource::Fixed(10e6));
+        // A later layer's fixed rate replaces the schedule.
+        let over = spec("[forward]\nrate = '20Mbit'\n");
+        let c = LinkSpec::layered(&[&s, &over]).unwrap().resolve().unwrap();
+        assert_eq!(c.forward.rate, RateSource::Fixed(20e6));
+        // Two forms in one layer, and a bad point, are named.
+        let e = spec("[both]\nrate = '1Mbit'\nrate_schedule = '0 1Mbit'\n")
+            .resolve()
+            .unwrap_err();
+        assert!(e.contains("one of rate, rate_trace and rate_schedule"), "{e}");
+        let e = spec("[both]\nrate_schedule = '0 1Mbit; 5 fast'\n")
+            .resolve()
+            .unwrap_err();
+        assert!(e.contains("rate_schedule") && e.contains("line 2"), "{e}");
     }
 
     #[test]

@@ -81,6 +81,25 @@ impl Trace {
         Ok(t)
     }
 
+    /// Parses a rate trace written inline (`;` or newlines between points).
+    pub fn parse_rate_inline(text: &str) -> Result<Trace, String> {
+        let t = Self::parse(&text.replace(';', "\n"), Interp::Step, parse_rate)?;
+        if let Some(p) = t.points.iter().find(|p| p.1 <= 0.0) {
+            return Err(format!(
+                "rate at {} s is not positive (use an outage for a dead link)",
+                p.0 / 1e9
+            ));
+        }
+        Ok(t)
+    }
+
+    /// Parses a delay trace written inline (`;` or newlines between points).
+    pub fn parse_delay_inline(text: &str) -> Result<Trace, String> {
+        Self::parse(&text.replace(';', "\n"), Interp::Linear, |s| {
+            parse_duration_ns(s).map(|v| v as f64)
+        })
+    }
+
     /// Reads a delay trace (values in ns).
     pub fn load_delay(path: &Path) -> Result<Trace, String> {
         Self::load(path, Interp::Linear, |s| {
@@ -203,6 +222,11 @@ impl Trace {
     /// The largest value anywhere in the trace.
     pub fn max(&self) -> f64 {
         self.points.iter().map(|p| p.1).fold(f64::MIN, f64::max)
+    }
+
+    /// The smallest value anywhere in the trace.
+    pub fn min(&self) -> f64 {
+        self.points.iter().map(|p| p.1).fold(f64::MAX, f64::min)
     }
 
     /// Whether the trace repeats.

@@ -67,15 +67,28 @@ impl HostTuner {
             Some(false) => "0".to_string(),
             None => def(k),
         };
-        let with_max = |max: &Option<Size>, k: &'static str| -> Result<String, String> {
+        // The host's triple with the maximum and the default (middle) value replaced where
+        // the cell sets them; the default never above the maximum.
+        let triple = |max: &Option<Size>,
+                      default: &Option<Size>,
+                      k: &'static str|
+         -> Result<String, String> {
             let d = def(k);
-            let Some(m) = max else { return Ok(d) };
-            let m = m.bytes();
+            if max.is_none() && default.is_none() {
+                return Ok(d);
+            }
             let v: Vec<u64> = d.split(' ').filter_map(|x| x.parse().ok()).collect();
-            let (min, mid) = (
-                v.first().copied().unwrap_or(4096),
-                v.get(1).copied().unwrap_or(m),
-            );
+            let m = max
+                .as_ref()
+                .map(Size::bytes)
+                .or(v.get(2).copied())
+                .unwrap_or(6 << 20);
+            let mid = default
+                .as_ref()
+                .map(Size::bytes)
+                .or(v.get(1).copied())
+                .unwrap_or(m);
+            let min = v.first().copied().unwrap_or(4096);
             Ok(format!("{} {} {m}", min.min(m), mid.min(m)))
         };
         if let Some(cc) = &want.cc {
@@ -86,8 +99,8 @@ impl HostTuner {
             flag(want.sack, SYSCTLS[0]),
             flag(want.window_scaling, SYSCTLS[1]),
             flag(want.timestamps, SYSCTLS[2]),
-            with_max(&want.rmem_max, SYSCTLS[3])?,
-            with_max(&want.wmem_max, SYSCTLS[4])?,
+            triple(&want.rmem_max, &want.rmem_default, SYSCTLS[3])?,
+            triple(&want.wmem_max, &want.wmem_default, SYSCTLS[4])?,
             want.cc.clone().unwrap_or_else(|| def(SYSCTLS[5])),
         ];
         for (k, v) in SYSCTLS.iter().zip(&values) {

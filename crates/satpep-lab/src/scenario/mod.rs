@@ -4,6 +4,8 @@
 
 pub mod beside;
 pub mod capture;
+pub mod corpus;
+pub mod corpus_report;
 pub mod doc;
 pub mod hosts;
 pub mod kinds;

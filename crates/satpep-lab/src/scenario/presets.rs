@@ -1,13 +1,14 @@
 //! Built-in scenarios, one TOML file each in `presets/`, compiled into the binary.
 
 /// (name, what it reproduces, TOML text).
-pub const PRESETS: [(&str, &str, &str); 13] = [
+pub const PRESETS: [(&str, &str, &str); 14] = [
     ("demo", "the README's main job: geo link at BER 1e-6, end-to-end against split and tunnel, 3 repetitions (~5 min)", include_str!("presets/demo.toml")),
     ("lawson2006", "Lawson 2006 ch. 4: T1, 285 ms, BER 1e-9…1e-5; TCP, SACK, WS, WS+SACK against PEPs", include_str!("presets/lawson2006.toml")),
     ("bharadwaj1999", "Bharadwaj 1999 ch. 5: file and web page transfers, end-to-end against a proxy with IW 1/4/16", include_str!("presets/bharadwaj1999.toml")),
     ("urke2011", "Urke 2011 ch. 6: 500 kbit/s, RTT 528 ms; flavors against PER, friendliness, buffer sizing", include_str!("presets/urke2011.toml")),
     ("shao2002", "Shao & Zhang 2002 §4: window, initial window, MSS and bottleneck buffer over a T1", include_str!("presets/shao2002.toml")),
     ("field", "real links (GEO with BER, rain fade, shared, a competitor arriving; MEO; LEO; lossy T1; wrong nominal rate) × end-to-end, split and tunnel told nothing: goodput and queueing delay", include_str!("presets/field.toml")),
+    ("corpus", "30 links drawn from seeded distributions (orbit, rate 2-500 Mbit/s, loss and bursts, rate changes, buffer, upload and traffic beside) × end-to-end cubic, bbr, tuned bbr, split and tunnel told nothing: goodput CDFs, queueing delay, the ten worst links (~95 min, --quick 12 links ~30; --seed S draws new links)", include_str!("presets/corpus.toml")),
     ("tunnel", "the tunnel against end-to-end TCP and split: BER sweep at 100 Mbit/s and 600 ms, lossy T1, 100 KB fetch, link overhead, a 60 s outage (~30 min, --quick ~10)", include_str!("presets/tunnel.toml")),
     ("cc-sweep", "every split controller against end-to-end cubic and bbr over 100 Mbit/s, 600 ms, BER 0 to 1e-5 (~40 min, --quick ~10)", include_str!("presets/cc-sweep.toml")),
     ("relay-overhead", "the split proxy's throughput and CPU against plain forwarding on a kernel bridge (~2 min)", include_str!("presets/relay-overhead.toml")),

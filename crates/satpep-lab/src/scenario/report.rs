@@ -357,7 +357,7 @@ fn base_rtt_ms(sc: &Scenario, cell: usize) -> f64 {
 }
 
 /// The targets' queueing delay bound for the cell, ms, if the scenario sets targets.
-fn queue_bound_ms(sc: &Scenario, cell: usize) -> Option<f64> {
+pub(crate) fn queue_bound_ms(sc: &Scenario, cell: usize) -> Option<f64> {
     let t = sc.targets.as_ref()?;
     Some(t.queue_ms.max(t.queue_share * base_rtt_ms(sc, cell)))
 }
@@ -1513,6 +1513,13 @@ fn part_section(
         .cells
         .iter()
         .any(|c| c.part == pi && c.spec.pep.mode == PepMode::Tunnel);
+    // A drawn part (a link corpus) is read over its links first; its per-link tables and
+    // plots follow as in any part.
+    if !part.drawn.is_empty() {
+        super::corpus_report::section(doc, sc, pi, res, runs, &mut |file, p| {
+            plot_file(out, file, p, (900, 480), plot_err)
+        });
+    }
     let mut tables = part_tables(part, metric, &pres, (uname, div), tunnel);
     if let Some(t) = targets_table(sc, part, &pres) {
         tables.insert(0, t);
@@ -1561,7 +1568,12 @@ fn part_section(
             );
         }
     }
-    let cdfs = distributions(sc, out, pi, metric, runs, plot_err);
+    // A corpus's per-link CDFs would be one plot per link: its section has them over the
+    // links instead.
+    let cdfs = match part.drawn.is_empty() {
+        true => distributions(sc, out, pi, metric, runs, plot_err),
+        false => Vec::new(),
+    };
     if !cdfs.is_empty() {
         doc.para(
             "Distributions (every sample of every repetition after the warm-up, one line per \

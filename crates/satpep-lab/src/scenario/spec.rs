@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 /// Keys of the document that are not part of a cell.
-const META_KEYS: [&str; 10] = [
+const META_KEYS: [&str; 11] = [
     "name",
     "targets",
     "title",
@@ -28,6 +28,7 @@ const META_KEYS: [&str; 10] = [
     "reference",
     "quick",
     "part",
+    "draw",
 ];
 
 /// A whole scenario, parsed and expanded.
@@ -106,13 +107,18 @@ pub struct Part {
     pub configs: Vec<String>,
     /// The documents' figures to show beside ours.
     pub references: Vec<Reference>,
+    /// With `[part.draw]`: the links drawn (its first axis, named by their `name`s).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drawn: Vec<super::corpus::DrawnLink>,
 }
 
 /// One sweep axis.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Axis {
-    /// Dotted key set by this axis, e.g. `link.both.ber`.
+    /// Dotted key set by this axis, e.g. `link.both.ber`; "." lays each value (a table)
+    /// over the whole cell, setting several keys at once (a drawn link's `link` and
+    /// `traffic`).
     pub param: String,
     /// Short label for tables and plots (default: the key's last part).
     #[serde(default)]
@@ -399,8 +405,13 @@ pub struct HostTcp {
     pub initrwnd: Option<u32>,
     /// Largest receive buffer, e.g. "64KB" (net.ipv4.tcp_rmem's maximum).
     pub rmem_max: Option<Size>,
+    /// A new socket's receive buffer, where autotuning starts (net.ipv4.tcp_rmem's middle
+    /// value), e.g. "4MiB".
+    pub rmem_default: Option<Size>,
     /// Largest send buffer (net.ipv4.tcp_wmem's maximum).
     pub wmem_max: Option<Size>,
+    /// A new socket's send buffer (net.ipv4.tcp_wmem's middle value).
+    pub wmem_default: Option<Size>,
     /// The host's own congestion control (net.ipv4.tcp_congestion_control).
     pub cc: Option<String>,
     /// MSS advertised to peers, bytes (route advmss).
@@ -422,7 +433,9 @@ impl HostTcp {
             initcwnd,
             initrwnd,
             rmem_max,
+            rmem_default,
             wmem_max,
+            wmem_default,
             cc,
             mss,
             quickack
@@ -593,7 +606,12 @@ impl CellSpec {
         for host in crate::Host::ALL {
             let h = self.host(host);
             let n = host.name();
-            for (k, v) in [("rmem_max", &h.rmem_max), ("wmem_max", &h.wmem_max)] {
+            for (k, v) in [
+                ("rmem_max", &h.rmem_max),
+                ("wmem_max", &h.wmem_max),
+                ("rmem_default", &h.rmem_default),
+                ("wmem_default", &h.wmem_default),
+            ] {
                 if let Some(v) = v {
                     if !(4096..=1 << 31).contains(&v.bytes()) {
                         return Err(format!("hosts.{n}.{k} '{v}': between 4 KB and 2 GB"));
@@ -779,7 +797,34 @@ impl Scenario {
         name: String,
         title: String,
     ) -> Result<(), String> {
-        let axes: Vec<Axis> = take_array(&mut own, "sweep")?;
+        let mut axes: Vec<Axis> = take_array(&mut own, "sweep")?;
+        let drawn = match own.remove("draw") {
+            None => Vec::new(),
+            Some(v) => {
+                let d = super::corpus::Draw::deserialize(v)
+                    .map_err(|e| format!("draw: {}", e.message()))?;
+                // `lab run --seed` draws new links as well as new loss patterns.
+                let int = |t: &Table| t.get("seed").and_then(Value::as_integer);
+                let seed = int(&self.overrides)
+                    .map(|s| s as u64)
+                    .or(d.seed)
+                    .or(int(&own).map(|s| s as u64))
+                    .or(int(base).map(|s| s as u64))
+                    .unwrap_or(1);
+                let drawn = super::corpus::draw(seed, d.links)?;
+                axes.insert(
+                    0,
+                    Axis {
+                        param: ".".into(),
+                        label: Some("link".into()),
+                        values: drawn.iter().map(|l| Value::Table(l.overlay.clone())).collect(),
+                        log: false,
+                        names: drawn.iter().map(|l| l.name.clone()).collect(),
+                    },
+                );
+                drawn
+            }
+        };
         let configs: Vec<Table> = take_array(&mut own, "config")?;
         let references: Vec<Reference> = take_array(&mut own, "reference")?;
         let mut doc = base.clone();
@@ -788,7 +833,7 @@ impl Scenario {
             if a.values.is_empty() {
                 return Err(format!("sweep '{}': no values", a.param));
             }
-            if META_KEYS.contains(&a.param.split('.').next().unwrap_or("")) {
+            if a.param != "." && META_KEYS.contains(&a.param.split('.').next().unwrap_or("")) {
                 return Err(format!("sweep '{}': cannot sweep over that key", a.param));
             }
             if !a.names.is_empty() && a.names.len() != a.values.len() {
@@ -835,6 +880,7 @@ impl Scenario {
             axes,
             configs: named.iter().map(|(n, _)| n.clone()).collect(),
             references,
+            drawn,
         };
         // Sweep points, first axis slowest, so a table's rows come in file order.
         let mut points: Vec<Vec<Value>> = vec![Vec::new()];
@@ -857,7 +903,17 @@ impl Scenario {
                 let mut t = doc.clone();
                 merge(&mut t, overlay);
                 for (a, v) in self.parts[pi].axes.iter().zip(point) {
-                    set_path(&mut t, &a.param, v.clone()).map_err(|e| format!("sweep: {e}"))?;
+                    match (a.param.as_str(), v) {
+                        (".", Value::Table(over)) => merge(&mut t, over),
+                        (".", _) => {
+                            return Err(format!(
+                                "sweep '.': each value must be a table of settings, found {}",
+                                v.type_str()
+                            ))
+                        }
+                        _ => set_path(&mut t, &a.param, v.clone())
+                            .map_err(|e| format!("sweep: {e}"))?,
+                    }
                 }
                 merge(&mut t, &self.overrides);
                 let mut cell = Cell {
