@@ -16,7 +16,8 @@
 //! - rate changes on the forward link: none, ACM steps (×0.5 to ×2 every 2–5 s, between a
 //!   quarter of the rate and all of it), an abrupt fade (to 0.2–0.5 of the rate for 3–8 s and
 //!   back at once) or a slow ramp (down to 0.3–0.6 over 5–10 s and back);
-//! - buffer: shallow (5–30 ms of the rate), medium (30–300 ms) or bloated (0.3–2 s);
+//! - buffer: shallow (5–30 ms of the rate), medium (30–300 ms) or bloated (0.3–2 s), and
+//!   four full frames at least;
 //! - traffic: a download, an upload, a download beside constant-rate UDP (10–40 % of the
 //!   forward rate), or beside an end-to-end TCP download.
 
@@ -268,9 +269,10 @@ fn overlay(l: &DrawnLink, rng: &mut ChaCha8Rng) -> Table {
         }
     }
     ret.insert("rate".into(), rate(l.return_bps));
-    // The buffer holds buffer_ms of each direction's nominal rate (two frames at least).
+    // The buffer holds buffer_ms of each direction's nominal rate, and four full frames at
+    // least (what the smallest modem queue holds: 5 ms of 1 Mbit/s is not one frame).
     for (t, bps) in [(&mut forward, l.forward_bps), (&mut ret, l.return_bps)] {
-        let bytes = (bps * l.buffer_ms / 8e3).max(3028.0);
+        let bytes = (bps * l.buffer_ms / 8e3).max(4.0 * 1514.0);
         t.insert("queue".into(), Value::String(format!("{:.0}B", bytes)));
     }
     match l.loss {

@@ -6,12 +6,13 @@
 use super::beside::percentile;
 use super::doc::Doc;
 use super::plot::{Line, LinePlot};
-use super::report::{cdf_line, queue_bound_ms, CellResult, Table};
+use super::report::{queue_bound_ms, CellResult, Table};
 use super::spec::Scenario;
 use super::traffic::RunRecord;
 
-/// How a transfer that delivers nothing for this long after the warm-up is judged: stalled.
-const STALL_S: f64 = 1.0;
+/// A transfer that delivers nothing for this long after the warm-up, or for three base RTTs
+/// if that is longer (a retransmission timeout on a lossy long path is not a stall), stalled.
+const STALL_S: f64 = 2.0;
 
 /// One configuration on one link, as the corpus judges it.
 #[derive(Debug, Clone)]
@@ -75,8 +76,9 @@ pub fn figures(sc: &Scenario, pi: usize, res: &[CellResult], runs: &[RunRecord])
         let mut troubles = Vec::new();
         for x in &cell_runs {
             troubles.extend(x.errors.iter().cloned());
+            let stall_s = STALL_S.max(3.0 * super::report::base_rtt_ms(sc, r.cell) / 1e3);
             if let Some(gap) = longest_gap(x, warm) {
-                if gap >= STALL_S {
+                if gap >= stall_s {
                     troubles.push(format!(
                         "repetition {}: no byte for {gap:.1} s after the warm-up",
                         x.repetition
@@ -101,6 +103,23 @@ pub fn figures(sc: &Scenario, pi: usize, res: &[CellResult], runs: &[RunRecord])
         });
     }
     out
+}
+
+/// The empirical CDF of `v` as a staircase: at each value the share of links ≤ it jumps.
+fn step_cdf(name: &str, v: &[f64]) -> Line {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len().max(1) as f64;
+    let mut points = Vec::new();
+    for (i, &x) in s.iter().enumerate() {
+        points.push((x, i as f64 / n, 0.0));
+        points.push((x, (i + 1) as f64 / n, 0.0));
+    }
+    Line {
+        name: name.into(),
+        points,
+        reference: vec![],
+    }
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -370,7 +389,7 @@ pub fn section(
                     .filter(|f| &f.config == c)
                     .filter_map(v)
                     .collect();
-                cdf_line(c, &xs)
+                step_cdf(c, &xs)
             })
             .filter(|l| !l.points.is_empty())
             .collect();

@@ -347,7 +347,7 @@ fn beside_summary(
 const RECOVERY_S: f64 = 2.0;
 
 /// The cell's base RTT: the sum of the directions' largest one-way delays, ms.
-fn base_rtt_ms(sc: &Scenario, cell: usize) -> f64 {
+pub(crate) fn base_rtt_ms(sc: &Scenario, cell: usize) -> f64 {
     sc.cells[cell]
         .spec
         .link_spec()
