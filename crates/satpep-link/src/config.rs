@@ -305,13 +305,21 @@ struct PartialDir {
 
 impl PartialDir {
     fn resolve(dir: &str, s: &DirectionSpec) -> Result<PartialDir, String> {
-        let given = [s.rate.is_some(), s.rate_trace.is_some(), s.rate_schedule.is_some()];
+        let given = [
+            s.rate.is_some(),
+            s.rate_trace.is_some(),
+            s.rate_schedule.is_some(),
+        ];
         if given.iter().filter(|&&g| g).count() > 1 {
             return Err(format!(
                 "{dir}: give one of rate, rate_trace and rate_schedule"
             ));
         }
-        let given = [s.delay.is_some(), s.delay_trace.is_some(), s.delay_schedule.is_some()];
+        let given = [
+            s.delay.is_some(),
+            s.delay_trace.is_some(),
+            s.delay_schedule.is_some(),
+        ];
         if given.iter().filter(|&&g| g).count() > 1 {
             return Err(format!(
                 "{dir}: give one of delay, delay_trace and delay_schedule"
@@ -612,7 +620,10 @@ mod tests {
         let e = spec("[both]\nrate = '1Mbit'\nrate_schedule = '0 1Mbit'\n")
             .resolve()
             .unwrap_err();
-        assert!(e.contains("one of rate, rate_trace and rate_schedule"), "{e}");
+        assert!(
+            e.contains("one of rate, rate_trace and rate_schedule"),
+            "{e}"
+        );
         let e = spec("[both]\nrate_schedule = '0 1Mbit; 5 fast'\n")
             .resolve()
             .unwrap_err();

@@ -215,11 +215,71 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
     );
 }
 
+/// The standard process metrics every Prometheus client exports (what dashboards and
+/// alerts for any service expect): CPU seconds, resident and virtual memory, open and
+/// allowed descriptors, threads and start time, read from /proc/self. A figure that cannot
+/// be read is left out.
+fn process_metrics(r: &mut prometheus_client::registry::Registry) {
+    use procfs::prelude::*;
+    let Ok(me) = procfs::process::Process::myself() else {
+        return;
+    };
+    if let Ok(stat) = me.stat() {
+        let tps = procfs::ticks_per_second() as f64;
+        r.register(
+            "process_cpu_seconds",
+            "User and system CPU time spent, seconds",
+            ConstCounter::new((stat.utime + stat.stime) as f64 / tps),
+        );
+        r.register(
+            "process_resident_memory_bytes",
+            "Resident memory size, bytes",
+            ConstGauge::new(stat.rss_bytes().get() as i64),
+        );
+        r.register(
+            "process_virtual_memory_bytes",
+            "Virtual memory size, bytes",
+            ConstGauge::new(stat.vsize as i64),
+        );
+        r.register(
+            "process_threads",
+            "Threads",
+            ConstGauge::new(stat.num_threads),
+        );
+        if let Ok(boot) = procfs::boot_time_secs() {
+            r.register(
+                "process_start_time_seconds",
+                "Start time since the Unix epoch, seconds",
+                ConstGauge::new(boot as f64 + stat.starttime as f64 / tps),
+            );
+        }
+    }
+    if let Ok(n) = me.fd_count() {
+        r.register(
+            "process_open_fds",
+            "Open file descriptors",
+            ConstGauge::new(n as i64),
+        );
+    }
+    if let Ok(l) = me.limits() {
+        if let procfs::process::LimitValue::Value(v) = l.max_open_files.soft_limit {
+            r.register(
+                "process_max_fds",
+                "The open file descriptor limit",
+                ConstGauge::new(v as i64),
+            );
+        }
+    }
+}
+
 /// The Prometheus exposition of `reg`.
 pub fn metrics(reg: &Registry) -> String {
     let k = &reg.counters;
     let live = reg.status();
-    let mut r = prometheus_client::registry::Registry::with_prefix("satpep");
+    // The standard process_* families have no prefix; everything of satpep's has `satpep_`.
+    let mut root = prometheus_client::registry::Registry::default();
+    process_metrics(&mut root);
+    let r = root.sub_registry_with_prefix("satpep");
     r.register(
         "connections_active",
         "Connections being relayed",
@@ -341,7 +401,7 @@ pub fn metrics(reg: &Registry) -> String {
         "Configuration reloads refused (invalid file, rules that did not install)",
         ConstCounter::new(k.reload_failures.load(Relaxed)),
     );
-    tunnel_metrics(&mut r, reg);
+    tunnel_metrics(r, reg);
     r.register(
         "build",
         "satpep's version",
@@ -351,7 +411,7 @@ pub fn metrics(reg: &Registry) -> String {
         )]),
     );
     let mut out = String::new();
-    let _ = encode(&mut out, &r);
+    let _ = encode(&mut out, &root);
     out
 }
 
@@ -473,6 +533,16 @@ mod tests {
         let gateway = metrics(&Registry::new(Mode::Gateway));
         assert!(gateway.contains("\nsatpep_tunnel_peers 0\n"), "{gateway}");
         assert!(!gateway.contains("satpep_tunnel_connected"), "{gateway}");
+        // The standard process families, unprefixed, as every exporter has them.
+        for family in [
+            "\nprocess_cpu_seconds_total ",
+            "\nprocess_resident_memory_bytes ",
+            "\nprocess_open_fds ",
+            "\nprocess_max_fds ",
+            "\nprocess_start_time_seconds ",
+        ] {
+            assert!(split.contains(family), "{family} in {split}");
+        }
         // The alert that pages on a lost tunnel reads only the terminal's figure.
         let rules = include_str!("../../../dist/prometheus/satpep-alerts.yml");
         assert!(rules.contains("expr: satpep_tunnel_connected == 0"));

@@ -40,7 +40,8 @@ pub fn main(c: GenerateCmd, cli: clap::Command) -> Result<(), String> {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             clap_mangen::generate_to(cli, &dir)
-                .map_err(|e| format!("cannot write man pages to {}: {e}", dir.display()))
+                .map_err(|e| format!("cannot write man pages to {}: {e}", dir.display()))?;
+            append_sections(&dir)
         }
         What::Completions { shell } => {
             let mut cli = cli;
@@ -48,4 +49,44 @@ pub fn main(c: GenerateCmd, cli: clap::Command) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// Sections clap does not write, added to every page: EXIT STATUS and SEE ALSO; to
+/// satpep-proxy(1) also FILES and SIGNALS (what an operator of a service looks for).
+fn append_sections(dir: &std::path::Path) -> Result<(), String> {
+    const EXIT: &str =
+        ".SH \"EXIT STATUS\"\n0 on success (a proxy: a clean stop). 1 on an error, which \
+the last line on stderr names (satpep: error: ...). 2 on a usage error in the command line.\n";
+    const SEE_ALSO: &str = ".SH \"SEE ALSO\"\n\\fBsatpep\\fR(1), \\fBsatpep-proxy\\fR(1), \
+\\fBsatpep-status\\fR(1), \\fBsatpep-keygen\\fR(1), \\fBsatpep-cc\\fR(1), \\fBsatpep-link\\fR(1), \
+\\fBsatpep-lab\\fR(1), \\fBnft\\fR(8), \\fBsystemctl\\fR(1); /usr/share/doc/satpep/docs/ \
+(proxy.md, tunnel.md, cc.md, lab.md).\n";
+    const PROXY: &str = ".SH FILES\n.TP\n/etc/satpep/proxy.toml\nThe configuration read when \
+\\fB--config\\fR is not given (every key optional; the package installs an annotated example). \
+Check a change with \\fBsatpep proxy --check\\fR.\n.TP\n/sys/fs/bpf/satpep/\nsatpep's pinned BPF \
+congestion controls (\\fBsatpep cc load --pin\\fR).\n.TP\n/run/satpep/\nThe routes a proxy changed \
+(initcwnd, initrwnd, mss), kept to restore them at exit or at the next start after a crash.\n.SH SIGNALS\n.TP\nSIGHUP\nRe-read the configuration and apply what \
+can change without dropping connections (interception selection, limits, legs' options for \
+new connections); a bad file is refused and the running configuration stays \
+(systemctl reload satpep-proxy).\n.TP\nSIGTERM, SIGINT\nStop: new connections bypass the proxy \
+and live ones may finish for proxy.drain (default 30 s); a second signal resets them at once. \
+Everything installed (nftables table, policy routes) is removed.\n";
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("satpep") && name.ends_with(".1")) {
+            continue;
+        }
+        let path = e.path();
+        let mut text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if name == "satpep-proxy.1" {
+            text.push_str(PROXY);
+        }
+        text.push_str(EXIT);
+        text.push_str(SEE_ALSO);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
 }

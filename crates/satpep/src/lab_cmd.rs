@@ -114,6 +114,35 @@ Examples:
   satpep lab run my.toml --out results/my --only http --json"
     )]
     Run(satpep_lab::experiment::RunArgs),
+    /// Compare two results directories of `lab run` (before and after a change, two seeds):
+    /// each cell's figures side by side, the change, and whether the 95 % intervals overlap.
+    #[command(
+        long_about = "Compare two results directories of `satpep lab run` side by side: before and \
+after a change, two seeds, two machines. Cells are matched by part, configuration and sweep \
+point. For each, the main metric (goodput in Mbit/s, or seconds), the share of the physical \
+limit, the queueing delay's p95 and the share beside a competing flow are shown in A and in B \
+with the change (B against A) and whether their 95 % intervals overlap: if they do, the \
+difference is not shown to be real. Cells found in only one are listed. Writes compare.md, \
+compare.html, compare.json and one bar plot per part (A against B, intervals as error bars) \
+into the output directory, and prints the table.
+
+Example:
+  satpep lab run demo --out before ; (change something) ; satpep lab run demo --out after
+  satpep lab compare before after"
+    )]
+    Compare {
+        /// The first results directory (A).
+        a: std::path::PathBuf,
+        /// The second results directory (B).
+        b: std::path::PathBuf,
+        /// Where the comparison goes [default: lab-results/compare-A-B, by the directories'
+        /// names].
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+        /// Print compare.json on stdout instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// The fault matrix's crash server (internal): accepts one connection on PORT and sends
     /// a checked pattern until it is killed, never reading.
     #[command(hide = true)]
@@ -227,6 +256,33 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             Ok(())
         }
         LabSub::Run(args) => satpep_lab::experiment::run(args),
+        LabSub::Compare { a, b, out, json } => {
+            let base = |p: &std::path::Path| {
+                p.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "results".into())
+            };
+            let out = out.unwrap_or_else(|| {
+                std::path::PathBuf::from("lab-results").join(format!(
+                    "compare-{}-{}",
+                    base(&a),
+                    base(&b)
+                ))
+            });
+            let md = satpep_lab::scenario::compare::compare(&a, &b, &out)?;
+            if json {
+                let j =
+                    std::fs::read_to_string(out.join("compare.json")).map_err(|e| e.to_string())?;
+                println!("{j}");
+            } else {
+                println!("{md}");
+                eprintln!(
+                    "comparison: {}/compare.html (and compare.md, compare.json, plots)",
+                    out.display()
+                );
+            }
+            Ok(())
+        }
         LabSub::FaultServer { port, seed } => {
             satpep_lab::scenario::kinds::fault::fault_server(port, seed)
         }

@@ -78,6 +78,13 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[pep]\nmode = \"split\"\n[traffic]\nkind = \"fault\"\ncase = \"tunnel-peer-crash\"\n", "needs the tunnel"),
         ("[traffic]\nkind = \"fault\"\ncase = \"baseline\"\ndown = \"5s\"\n", "traffic.down '5s': only for case 'outage'"),
         ("[traffic]\nkind = \"fault\"\ncase = \"meteor\"\n", "unknown variant `meteor`"),
+        ("[pep]\nconfig = { proxy = { idle_timeout = \"90s\" } }\n", "pep.config: there is no proxy to configure"),
+        ("[pep]\nmode = \"split\"\nconfig = { proxy = { bogus = 1 } }\n", "pep.config: unknown field `bogus`"),
+        ("[pep]\nmode = \"split\"\nconfig = { satellite = { buffer = \"lots\" } }\n", "satellite.buffer"),
+        ("[[part]]\nname = \"d\"\ndraw = { links = 2 }\n", "draw.links = 2"),
+        ("[[part]]\nname = \"d\"\ndraw = { links = 5, bogus = 1 }\n", "draw: unknown field `bogus`"),
+        ("[[sweep]]\nparam = \".\"\nvalues = [1]\n", "each value must be a table"),
+        ("[link.forward]\nrate_schedule = \"0 1Mbit; 2 slow\"\n", "rate_schedule: line 2"),
     ];
     for (extra, want) in cases {
         let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);
@@ -604,5 +611,85 @@ fn the_udp_and_ping_kinds_measure_the_link_against_its_configuration() {
     ] {
         assert!(report.contains(heading), "the report lacks '{heading}'");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `lab compare` on two real results directories of one small scenario, run with two seeds
+/// and two repetitions each: every cell is matched, each figure says whether the intervals
+/// overlap, and a directory that holds no results is named.
+#[test]
+fn lab_compare_puts_two_results_directories_side_by_side() {
+    require_root();
+    let dir = tmpdir("compare");
+    let text = format!("{BASE}[[config]]\nname = \"cubic\"\nhosts.server.cc = \"cubic\"\n[[config]]\nname = \"bbr\"\nhosts.server.cc = \"bbr\"\n");
+    let f = dir.join("s.toml");
+    std::fs::write(&f, &text).unwrap();
+    for (seed, name) in [("1", "a"), ("2", "b")] {
+        let out = satpep()
+            .args([
+                "lab",
+                "run",
+                f.to_str().unwrap(),
+                "--repetitions",
+                "2",
+                "--seed",
+                seed,
+                "--out",
+            ])
+            .arg(dir.join(name))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // --seed went into every cell's loss seed.
+    let plan = std::fs::read_to_string(dir.join("b/plan.json")).unwrap();
+    assert!(plan.contains("\"seed\": 2"), "{plan}");
+    let out = satpep()
+        .args(["lab", "compare"])
+        .arg(dir.join("a"))
+        .arg(dir.join("b"))
+        .arg("--out")
+        .arg(dir.join("c"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let figs = j["figures"].as_array().unwrap();
+    for config in ["cubic", "bbr"] {
+        let f = figs
+            .iter()
+            .find(|f| f["config"] == config && f["figure"] == "metric")
+            .unwrap_or_else(|| panic!("no goodput of {config}: {j}"));
+        assert!(f["a"]["mean"].as_f64().unwrap() > 1e6, "{f}");
+        assert!(f["a"]["ci95"].as_f64().unwrap() >= 0.0, "{f}");
+        assert!(f["overlap"].is_boolean(), "{f}");
+    }
+    assert!(j["only_in_a"].as_array().unwrap().is_empty(), "{j}");
+    let md = std::fs::read_to_string(dir.join("c/compare.md")).unwrap();
+    assert!(
+        md.contains("| part | configuration | point | figure | A | B | change | overlap |"),
+        "{md}"
+    );
+    assert!(dir.join("c/compare-0.png").exists());
+    // Not a results directory: named.
+    let out = satpep()
+        .args(["lab", "compare"])
+        .arg(dir.join("a"))
+        .arg(&dir)
+        .arg("--out")
+        .arg(dir.join("d"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("results.json"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -36,6 +36,14 @@ pub struct Draw {
     /// Seed of the draw (default: the scenario's `seed`).
     #[serde(default)]
     pub seed: Option<u64>,
+    /// Run the drawn traffic on each link (default); false: only the links are drawn and
+    /// the part's own `[traffic]` runs on each (a checked transfer, say).
+    #[serde(default = "yes")]
+    pub traffic: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Orbit and path.
@@ -92,7 +100,12 @@ const ORBITS: [Orbit; 4] = [Orbit::Leo, Orbit::Meo, Orbit::Geo, Orbit::Terrestri
 const LOSSES: usize = 3;
 const CHANGES: [Change; 4] = [Change::None, Change::Acm, Change::Fade, Change::Ramp];
 const BUFFERS: [(f64, f64); 3] = [(5.0, 30.0), (30.0, 300.0), (300.0, 2000.0)];
-const LOADS: [Load; 4] = [Load::Download, Load::Upload, Load::BesideUdp, Load::BesideTcp];
+const LOADS: [Load; 4] = [
+    Load::Download,
+    Load::Upload,
+    Load::BesideUdp,
+    Load::BesideTcp,
+];
 
 /// One drawn link and its traffic.
 #[derive(Debug, Clone, Serialize)]
@@ -115,6 +128,8 @@ pub struct DrawnLink {
     pub buffer_ms: f64,
     /// Traffic.
     pub load: Load,
+    /// Whether the drawn traffic runs (false: the scenario's own; `about` leaves it out).
+    pub traffic_drawn: bool,
     /// The cell settings it stands for: `link` and `traffic`, laid over the scenario's.
     #[serde(skip)]
     pub overlay: Table,
@@ -148,13 +163,18 @@ impl DrawnLink {
             Load::BesideUdp => "download + UDP",
             Load::BesideTcp => "download + e2e TCP",
         };
-        format!(
-            "{orbit} {}/{} Mbit/s, RTT {:.0} ms, {loss}, {change}, buffer {:.0} ms, {load}",
+        let mut s = format!(
+            "{orbit} {}/{} Mbit/s, RTT {:.0} ms, {loss}, {change}, buffer {:.0} ms",
             mbit(self.forward_bps),
             mbit(self.return_bps),
             2.0 * self.one_way_ms,
             self.buffer_ms
-        )
+        );
+        if self.traffic_drawn {
+            s.push_str(", ");
+            s.push_str(load);
+        }
+        s
     }
 }
 
@@ -208,8 +228,7 @@ pub fn draw(seed: u64, n: usize) -> Result<Vec<DrawnLink>, String> {
                 Orbit::TerrestrialGeo => rng.gen_range(290.0..400.0),
             };
             let forward_bps = log_uniform(&mut rng, 2e6, 500e6);
-            let return_bps =
-                (forward_bps * log_uniform(&mut rng, 0.05, 0.5)).clamp(0.5e6, 50e6);
+            let return_bps = (forward_bps * log_uniform(&mut rng, 0.05, 0.5)).clamp(0.5e6, 50e6);
             let loss = match losses[i] {
                 0 => Loss::None,
                 1 => Loss::Ber(log_uniform(&mut rng, 1e-8, 1e-5)),
@@ -232,6 +251,7 @@ pub fn draw(seed: u64, n: usize) -> Result<Vec<DrawnLink>, String> {
                 change,
                 buffer_ms,
                 load,
+                traffic_drawn: true,
                 overlay: Table::new(),
             };
             link.overlay = overlay(&link, &mut rng);
@@ -454,6 +474,53 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A drawn part: its first axis is the links, each cell a link's settings laid over the
+    /// configuration's; a new `seed` override draws new links; `traffic = false` keeps the
+    /// part's own traffic.
+    #[test]
+    fn a_drawn_part_expands_into_one_cell_per_link_and_configuration() {
+        use crate::scenario::Scenario;
+        let text = "name = \"c\"\nseed = 4\nduration = \"10s\"\n[[part]]\nname = \"p\"\ndraw = { links = 5 }\n[[part.config]]\nname = \"e2e\"\n[[part.config]]\nname = \"split\"\npep = { mode = \"split\", config = { satellite = { notsent_lowat = \"128KiB\" } } }\n";
+        let sc = Scenario::parse(text, false).unwrap();
+        assert_eq!(sc.cells.len(), 10);
+        let want = draw(4, 5).unwrap();
+        for (i, c) in sc.cells.iter().enumerate() {
+            let l = &want[i / 2];
+            let spec = c.spec.link_spec().unwrap();
+            assert_eq!(
+                spec.ret.rate.as_deref(),
+                Some(format!("{:.0}bit", l.return_bps.round()).as_str())
+            );
+            let upload = c.spec.traffic.kind().downloads();
+            assert_eq!(!upload, l.load == Load::Upload, "{}", l.about());
+        }
+        // A proxy key from the scenario reaches the lab's proxy file.
+        let pep = sc.cells[1].spec.pep().unwrap().unwrap();
+        assert_eq!(pep.file.satellite.notsent_lowat.as_deref(), Some("128KiB"));
+        // --seed draws other links.
+        let mut over = Table::new();
+        over.insert("seed".into(), Value::Integer(5));
+        let other = Scenario::parse_with(text, false, &over).unwrap();
+        assert_ne!(
+            other.parts[0].drawn[0].about(),
+            sc.parts[0].drawn[0].about()
+        );
+        assert_eq!(other.cells[0].spec.seed, 5);
+        // Only the links: the part's own traffic runs.
+        let only = text.replace("links = 5", "links = 5, traffic = false")
+            + "[part.traffic]\nkind = \"ping\"\n";
+        let sc = Scenario::parse(&only, false).unwrap();
+        assert!(sc
+            .cells
+            .iter()
+            .all(|c| c.spec.metric() == crate::scenario::spec::Metric::Rtt));
+        let about = sc.parts[0].drawn[0].about();
+        assert!(
+            !about.contains("download") && !about.contains("upload"),
+            "{about}"
+        );
     }
 
     #[test]

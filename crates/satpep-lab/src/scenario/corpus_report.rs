@@ -43,7 +43,12 @@ impl LinkFigure {
 }
 
 /// Every cell of drawn part `pi` judged, in cell order.
-pub fn figures(sc: &Scenario, pi: usize, res: &[CellResult], runs: &[RunRecord]) -> Vec<LinkFigure> {
+pub fn figures(
+    sc: &Scenario,
+    pi: usize,
+    res: &[CellResult],
+    runs: &[RunRecord],
+) -> Vec<LinkFigure> {
     let part = &sc.parts[pi];
     let e2e: Vec<&String> = sc
         .targets
@@ -62,7 +67,13 @@ pub fn figures(sc: &Scenario, pi: usize, res: &[CellResult], runs: &[RunRecord])
             .filter(|o| o.part == pi && o.point == r.point && e2e.contains(&&o.config))
             .filter(|o| o.utilization.n > 0)
             .map(|o| (o.utilization.mean, o.config.clone()))
-            .fold((f64::NAN, String::new()), |a, b| if b.0 > a.0 || a.0.is_nan() { b } else { a });
+            .fold((f64::NAN, String::new()), |a, b| {
+                if b.0 > a.0 || a.0.is_nan() {
+                    b
+                } else {
+                    a
+                }
+            });
         let cell_runs: Vec<&RunRecord> = runs.iter().filter(|x| x.cell == r.cell).collect();
         let spec = &sc.cells[r.cell].spec;
         let (dur, warm) = (spec.duration.secs(), spec.warmup_s());
@@ -479,7 +490,14 @@ mod tests {
 
     #[test]
     fn a_second_without_bytes_after_the_warm_up_is_a_stall() {
-        let r = run_with(vec![(1.0, 0), (2.0, 0), (3.0, 10), (4.0, 0), (5.0, 0), (6.0, 5)]);
+        let r = run_with(vec![
+            (1.0, 0),
+            (2.0, 0),
+            (3.0, 10),
+            (4.0, 0),
+            (5.0, 0),
+            (6.0, 5),
+        ]);
         // The slow start's empty seconds are before the warm-up.
         assert_eq!(longest_gap(&r, 3.0), Some(2.0));
         assert_eq!(longest_gap(&r, 5.0), Some(0.0));

@@ -4,6 +4,7 @@
 
 pub mod beside;
 pub mod capture;
+pub mod compare;
 pub mod corpus;
 pub mod corpus_report;
 pub mod doc;

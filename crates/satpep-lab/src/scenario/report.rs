@@ -1632,10 +1632,14 @@ fn main_plot(
     mp.log_y = log_y;
     let mut notes = vec![if mp.bars { "bars" } else { "lines" }];
     // (A symmetric bar in log space would misstate the interval: the tables give it.)
+    // An interval needs two runs: with one run per cell there are no error bars to draw.
+    let intervals = pres.iter().any(|r| r.metric.n >= 2);
     notes.push(if log_y {
         "log axis, intervals in the tables"
+    } else if intervals {
+        "error bars: 95 % CI"
     } else {
-        "95 % CI"
+        "one run per cell: no interval"
     });
     if !mp.limits.is_empty() {
         notes.push("dashes: the physical limit");
@@ -1819,19 +1823,33 @@ fn series_section(doc: &mut Doc, sc: &Scenario, out: &Path, runs: &[RunRecord]) 
 
 /// A run's goodput summed over its flows, per interval: (end of interval s, Mbit/s).
 fn total_goodput(r: &RunRecord) -> Vec<(f64, f64, f64)> {
-    let mut by_t: std::collections::BTreeMap<i64, f64> = Default::default();
+    // Each interval's bytes are spread over the whole seconds it spans, and a second's rate
+    // is what arrived in it: iperf3's last interval of a flow can be a few milliseconds long,
+    // and dividing its bytes by that showed twice the link's rate.
+    let mut bins: std::collections::BTreeMap<i64, f64> = Default::default();
+    let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
     for f in &r.flows {
         let mut prev = f.start_s;
+        first = first.min(prev);
         for &(t, b) in &f.series {
-            let d = (t - prev).max(1e-3);
+            let d = t - prev;
+            if d > 0.0 {
+                let mut a = prev;
+                while a < t {
+                    let k = a.floor();
+                    let end = (k + 1.0).min(t);
+                    *bins.entry(k as i64).or_default() += b as f64 * 8.0 * (end - a) / d;
+                    a = end;
+                }
+            }
             prev = t;
-            // Flows' intervals end at the same whole seconds (iperf3's reports): a
-            // millisecond key joins them.
-            *by_t.entry((t * 1e3).round() as i64).or_default() += b as f64 * 8.0 / d / 1e6;
         }
+        last = last.max(prev);
     }
-    by_t.into_iter()
-        .map(|(t, v)| (t as f64 / 1e3, v, 0.0))
+    // Seconds only partly covered (the first and the last) would read low: left out.
+    bins.into_iter()
+        .filter(|&(k, _)| k as f64 >= first && (k + 1) as f64 <= last + 1e-9)
+        .map(|(k, bits)| (k as f64 + 1.0, bits / 1e6, 0.0))
         .collect()
 }
 
@@ -2059,6 +2077,37 @@ mod tests {
             fault: None,
             late_p99_ms: None,
         }
+    }
+
+    /// A flow's last interval of 50 ms holding 100 ms worth of a 100 Mbit/s link's bytes
+    /// (the receiver read them late) must not show as 200 Mbit/s: each second's rate is what
+    /// arrived in it, partly covered seconds left out.
+    #[test]
+    fn goodput_over_time_is_binned_by_whole_seconds() {
+        let mut r = rec(0, 0, 0.0);
+        let mut series: Vec<(f64, u64)> = (1..=5).map(|t| (t as f64, 12_500_000)).collect();
+        series.push((5.05, 1_250_000));
+        r.flows.push(crate::scenario::traffic::FlowRecord {
+            start_s: 0.0,
+            cc: String::new(),
+            bytes: 0,
+            goodput_bps: 0.0,
+            retransmits: 0,
+            series,
+        });
+        let g = total_goodput(&r);
+        assert_eq!(g.len(), 5, "{g:?}");
+        for (t, v, _) in &g {
+            assert!((v - 100.0).abs() < 1e-9, "{t}: {v}");
+        }
+        // Two flows, the second from 2 s: their seconds add up.
+        let mut two = r.clone();
+        let mut f = two.flows[0].clone();
+        f.start_s = 2.0;
+        f.series = vec![(3.0, 1_250_000), (4.0, 1_250_000)];
+        two.flows.push(f);
+        let g = total_goodput(&two);
+        assert!((g[2].1 - 110.0).abs() < 1e-9, "{g:?}");
     }
 
     #[test]

@@ -369,6 +369,17 @@ pub struct PepSpec {
     /// Each proxy's connection limit (`proxy.max_connections`; default the proxy's own).
     #[serde(default)]
     pub max_connections: Option<u32>,
+    /// Any key of the proxies' configuration file (`proxy.toml`'s sections: `proxy`,
+    /// `satellite`, `terrestrial`, `adaptive`, `intercept`, `tunnel`), the same for both
+    /// proxies, e.g. `pep.config.satellite.notsent_lowat = "128KiB"`. The lab still sets
+    /// what it must (interception, the satellite side, the tunnel's ends and keys) and the
+    /// keys above.
+    #[serde(default, skip_serializing_if = "is_default_file")]
+    pub config: satpep_proxy::config::ProxyFile,
+}
+
+fn is_default_file(f: &satpep_proxy::config::ProxyFile) -> bool {
+    *f == satpep_proxy::config::ProxyFile::default()
 }
 
 fn nothing() -> String {
@@ -385,6 +396,7 @@ impl Default for PepSpec {
             relay: None,
             told: nothing(),
             max_connections: None,
+            config: Default::default(),
         }
     }
 }
@@ -558,6 +570,19 @@ impl CellSpec {
                 self.told()?,
             )
             .map_err(|e| format!("pep.{}: {}", e.key, e.why))?;
+        if pep.is_none() && !is_default_file(&p.config) {
+            return Err("pep.config: there is no proxy to configure (mode none)".into());
+        }
+        if pep.is_some() {
+            // What the proxy would refuse, refused when the scenario is read (a [tunnel]
+            // section's keys when the lab has set the tunnel's ends, at start).
+            let mut c = p.config.clone();
+            c.tunnel = None;
+            let text = toml::to_string(&c).map_err(|e| format!("pep.config: {e}"))?;
+            satpep_proxy::config::ProxyFile::parse(&text)
+                .and_then(|f| f.resolve())
+                .map_err(|e| format!("pep.config: {e}"))?;
+        }
         match (pep, p.max_connections) {
             (None, Some(_)) => {
                 Err("pep.max_connections: there is no proxy to limit (mode none)".into())
@@ -565,6 +590,7 @@ impl CellSpec {
             (Some(_), Some(0)) => Err("pep.max_connections = 0: at least 1".into()),
             (pep, n) => Ok(pep.map(|pep| crate::topology::Pep {
                 max_connections: n.or(pep.max_connections),
+                file: p.config.clone(),
                 ..pep
             })),
         }
@@ -811,13 +837,22 @@ impl Scenario {
                     .or(int(&own).map(|s| s as u64))
                     .or(int(base).map(|s| s as u64))
                     .unwrap_or(1);
-                let drawn = super::corpus::draw(seed, d.links)?;
+                let mut drawn = super::corpus::draw(seed, d.links)?;
+                if !d.traffic {
+                    for l in &mut drawn {
+                        l.overlay.remove("traffic");
+                        l.traffic_drawn = false;
+                    }
+                }
                 axes.insert(
                     0,
                     Axis {
                         param: ".".into(),
                         label: Some("link".into()),
-                        values: drawn.iter().map(|l| Value::Table(l.overlay.clone())).collect(),
+                        values: drawn
+                            .iter()
+                            .map(|l| Value::Table(l.overlay.clone()))
+                            .collect(),
                         log: false,
                         names: drawn.iter().map(|l| l.name.clone()).collect(),
                     },
