@@ -6,6 +6,25 @@ use ipnet::IpNet;
 use satpep_link::units::{parse_duration_ns, parse_rate, parse_size};
 use serde::{Deserialize, Serialize};
 
+/// `adaptive.interval`'s default.
+pub const ADAPTIVE_INTERVAL: &str = "1s";
+/// `adaptive.dwell`'s default.
+pub const ADAPTIVE_DWELL: &str = "10s";
+/// `adaptive.interactive_ports`' default (ssh, telnet).
+pub const INTERACTIVE_PORTS: [u16; 2] = [22, 23];
+/// `tunnel.listen`'s default at a terminal (any address, a port the kernel picks).
+pub const TUNNEL_LISTEN_TERMINAL: &str = "[::]:0";
+/// `tunnel.listen`'s default at a gateway.
+pub const TUNNEL_LISTEN_GATEWAY: &str = "[::]:7701";
+/// `tunnel.peer_name`'s default.
+pub const TUNNEL_PEER_NAME: &str = "gateway";
+/// `tunnel.congestion`'s default.
+pub const TUNNEL_CONGESTION: &str = "satellite";
+/// `tunnel.rtt`'s default when `satellite.rtt` is not given either.
+pub const TUNNEL_RTT: &str = "600ms";
+/// `tunnel.outage`'s default.
+pub const TUNNEL_OUTAGE: &str = "60s";
+
 /// The file as written.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -132,8 +151,8 @@ impl TunnelFile {
         let listen = addr(
             "listen",
             self.listen.as_deref().unwrap_or(match role {
-                Role::Terminal => "[::]:0",
-                Role::Gateway => "[::]:7701",
+                Role::Terminal => TUNNEL_LISTEN_TERMINAL,
+                Role::Gateway => TUNNEL_LISTEN_GATEWAY,
             }),
         )?;
         let file = |key: &str, v: &Option<String>| -> Result<std::path::PathBuf, String> {
@@ -144,14 +163,14 @@ impl TunnelFile {
                 )),
             }
         };
-        let peer_name = self.peer_name.clone().unwrap_or("gateway".into());
+        let peer_name = self.peer_name.clone().unwrap_or(TUNNEL_PEER_NAME.into());
         if !satpep_tunnel::keys::valid_name(&peer_name) {
             return Err(format!(
                 "tunnel.peer_name: '{peer_name}' is not a certificate name"
             ));
         }
         let congestion = satpep_tunnel::congestion::Algorithm::parse(
-            self.congestion.as_deref().unwrap_or("satellite"),
+            self.congestion.as_deref().unwrap_or(TUNNEL_CONGESTION),
         )
         .map_err(|e| format!("tunnel.congestion: {e}"))?;
         let rate = |key: &str, v: Option<&String>| -> Result<Option<u64>, String> {
@@ -181,13 +200,13 @@ impl TunnelFile {
             self.rtt
                 .as_deref()
                 .or(sat.rtt.as_deref())
-                .unwrap_or("600ms"),
+                .unwrap_or(TUNNEL_RTT),
             "1ms",
             "10s",
         )?;
         let outage = dur(
             "outage",
-            self.outage.as_deref().unwrap_or("60s"),
+            self.outage.as_deref().unwrap_or(TUNNEL_OUTAGE),
             "1s",
             "1h",
         )?;
@@ -291,9 +310,12 @@ impl AdaptiveFile {
             slot.1 = cc.to_string();
         }
         Ok(AdaptiveConfig {
-            interval: dur("interval", &self.interval, "1s")?,
-            dwell: dur("dwell", &self.dwell, "10s")?,
-            interactive_ports: self.interactive_ports.clone().unwrap_or(vec![22, 23]),
+            interval: dur("interval", &self.interval, ADAPTIVE_INTERVAL)?,
+            dwell: dur("dwell", &self.dwell, ADAPTIVE_DWELL)?,
+            interactive_ports: self
+                .interactive_ports
+                .clone()
+                .unwrap_or(INTERACTIVE_PORTS.to_vec()),
             policy,
         })
     }

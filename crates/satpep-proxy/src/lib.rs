@@ -15,6 +15,7 @@ pub mod netfilter;
 pub mod notify;
 pub mod preflight;
 pub mod privileges;
+pub mod reference;
 pub mod registry;
 pub mod relay;
 pub mod routes;

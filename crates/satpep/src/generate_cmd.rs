@@ -21,7 +21,8 @@ pub struct GenerateCmd {
 
 #[derive(Subcommand, Debug)]
 enum What {
-    /// One man page per command and subcommand (satpep.1, satpep-proxy.1, …) into DIR.
+    /// One man page per command and subcommand (satpep.1, satpep-proxy.1, …) and the
+    /// configuration file's, proxy.toml.5, into DIR.
     Man {
         /// Directory for the pages (created if missing).
         dir: PathBuf,
@@ -31,6 +32,10 @@ enum What {
         /// bash, zsh, fish, elvish or powershell.
         shell: Shell,
     },
+    /// The annotated proxy configuration (every key with its default or an example, from
+    /// the code's own defaults: what the package installs as /etc/satpep/proxy.toml), on
+    /// stdout.
+    Config,
 }
 
 /// Runs `satpep generate`; `cli` is the whole command line's definition.
@@ -41,7 +46,14 @@ pub fn main(c: GenerateCmd, cli: clap::Command) -> Result<(), String> {
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             clap_mangen::generate_to(cli, &dir)
                 .map_err(|e| format!("cannot write man pages to {}: {e}", dir.display()))?;
-            append_sections(&dir)
+            append_sections(&dir)?;
+            let page = dir.join("proxy.toml.5");
+            std::fs::write(&page, satpep_proxy::reference::man_page())
+                .map_err(|e| format!("cannot write {}: {e}", page.display()))
+        }
+        What::Config => {
+            print!("{}", satpep_proxy::reference::toml_text());
+            Ok(())
         }
         What::Completions { shell } => {
             let mut cli = cli;
@@ -59,7 +71,7 @@ fn append_sections(dir: &std::path::Path) -> Result<(), String> {
 the last line on stderr names (satpep: error: ...). 2 on a usage error in the command line.\n";
     const SEE_ALSO: &str = ".SH \"SEE ALSO\"\n\\fBsatpep\\fR(1), \\fBsatpep-proxy\\fR(1), \
 \\fBsatpep-status\\fR(1), \\fBsatpep-keygen\\fR(1), \\fBsatpep-cc\\fR(1), \\fBsatpep-link\\fR(1), \
-\\fBsatpep-lab\\fR(1), \\fBnft\\fR(8), \\fBsystemctl\\fR(1); /usr/share/doc/satpep/docs/ \
+\\fBsatpep-lab\\fR(1), \\fBproxy.toml\\fR(5), \\fBnft\\fR(8), \\fBsystemctl\\fR(1); /usr/share/doc/satpep/docs/ \
 (proxy.md, tunnel.md, cc.md, lab.md).\n";
     const PROXY: &str = ".SH FILES\n.TP\n/etc/satpep/proxy.toml\nThe configuration read when \
 \\fB--config\\fR is not given (every key optional; the package installs an annotated example). \

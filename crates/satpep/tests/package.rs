@@ -179,6 +179,7 @@ fn the_package_installs_runs_as_its_unit_says_reloads_drains_and_purges() {
         CONFIG,
         UNIT,
         "/usr/share/man/man1/satpep-proxy.1",
+        "/usr/share/man/man5/proxy.toml.5",
         "/usr/share/bash-completion/completions/satpep",
         "/usr/share/satpep/prometheus/satpep-alerts.yml",
     ] {
