@@ -2011,3 +2011,65 @@ fn under_systemd_it_is_ready_once_intercepting_feeds_the_watchdog_and_says_it_st
     assert!(!has_table(&lab, Host::Terminal));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Counters never go back while connections come and go: 300 short connections through the
+/// split proxies (each echoes a few bytes and closes) while the terminal's /metrics is read
+/// again and again. Every `_total` series of each scrape is at least what the scrape before
+/// it read (a closed connection's bytes used to leave the live set before they reached the
+/// totals, and Prometheus reads a smaller total as a restart).
+#[test]
+fn counters_never_decrease_while_connections_churn() {
+    let lab = lab_with(
+        "pchurn",
+        "[both]\nrate='50Mbit'\ndelay='2ms'\n",
+        Some(satpep_lab::topology::Pep::default()),
+    );
+    echo_server(&lab, 9010);
+    let client = lab.ns(Host::Client);
+    let churn = in_netns(&client, || {
+        for i in 0..300u32 {
+            let mut c = TcpStream::connect("198.18.3.2:9010").unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            for k in 0..4 {
+                echo(&mut c, (i + k) as u8);
+            }
+        }
+    });
+    let totals = |text: &str| -> std::collections::BTreeMap<String, f64> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                let v: f64 = v.parse().ok()?;
+                k.contains("_total").then(|| (k.to_string(), v))
+            })
+            .collect()
+    };
+    let mut last = totals(&metrics(&lab, Host::Terminal));
+    let mut scrapes = 0;
+    while !churn.is_finished() {
+        let now = totals(&metrics(&lab, Host::Terminal));
+        for (k, v) in &now {
+            if let Some(before) = last.get(k) {
+                assert!(
+                    v >= before,
+                    "{k} went back from {before} to {v} after {scrapes} scrapes"
+                );
+            }
+        }
+        last = now;
+        scrapes += 1;
+    }
+    churn.join().unwrap();
+    assert!(
+        scrapes >= 10,
+        "only {scrapes} scrapes while connections churned"
+    );
+    let end = totals(&metrics(&lab, Host::Terminal));
+    let up = end
+        .get("satpep_relayed_bytes_total{direction=\"up\"}")
+        .copied()
+        .unwrap_or(0.0);
+    // 300 connections × 4 bytes up, all closed and folded into the totals.
+    assert!(up >= 1200.0, "{end:?}");
+}
