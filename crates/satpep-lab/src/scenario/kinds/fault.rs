@@ -303,12 +303,33 @@ impl Kind for Fault {
         tick: &mut dyn FnMut(f64),
     ) -> Result<(), String> {
         let down_s = self.down.as_ref().map_or(1, |d| d.secs().round() as u32);
-        let def = self.case.def(down_s);
+        let mut def = self.case.def(down_s);
         // The link as the runner started it, to restore after an outage.
         let mut base = match cell.link_spec() {
             Ok(b) => b,
             Err(e) => return super::failed_unless_interrupted(rec, e),
         };
+        // A hang is no progress within the deadline, not a slow link: on a link slower than
+        // the exchange's 60 s deadline assumes (8 MB down takes 32 s at 2 Mbit/s), each
+        // end gets four times what its bytes take at the link's lowest rate on top.
+        if let Ok(link) = base.resolve() {
+            let lowest = |d: &satpep_link::config::DirectionConfig| match &d.rate {
+                satpep_link::config::RateSource::Fixed(r) => *r,
+                satpep_link::config::RateSource::Trace(t) => t.min(),
+            };
+            let (fwd, ret) = (lowest(&link.forward), lowest(&link.ret));
+            let ideal = |down_bytes: u64, up_bytes: u64| {
+                let d = down_bytes.min(64 * MB) as f64 * 8.0 / fwd;
+                let u = up_bytes.min(64 * MB) as f64 * 8.0 / ret;
+                std::time::Duration::from_secs_f64(4.0 * d.max(u))
+            };
+            let server_send = def.server.as_ref().map_or(0, |p| p.send);
+            let extra = ideal(server_send, def.client.send);
+            def.client.deadline += extra;
+            if let Some(p) = def.server.as_mut() {
+                p.deadline += extra;
+            }
+        }
         base.seed = Some(rec.seed);
         // A port per cell and repetition: the last one's connections may linger.
         let port = 9400 + ((rec.cell * 3 + rec.repetition as usize) % 900) as u16;
