@@ -79,7 +79,7 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[traffic]\nkind = \"fault\"\ncase = \"baseline\"\ndown = \"5s\"\n", "traffic.down '5s': only for case 'outage'"),
         ("[traffic]\nkind = \"fault\"\ncase = \"meteor\"\n", "unknown variant `meteor`"),
         ("[pep]\nconfig = { proxy = { idle_timeout = \"90s\" } }\n", "pep.config: there is no proxy to configure"),
-        ("[pep]\nmode = \"split\"\nconfig = { proxy = { bogus = 1 } }\n", "pep.config: unknown field `bogus`"),
+        ("[pep]\nmode = \"split\"\nconfig = { proxy = { bogus = 1 } }\n", "pep.config.proxy.bogus: unknown field `bogus`"),
         ("[pep]\nmode = \"split\"\nconfig = { satellite = { buffer = \"lots\" } }\n", "satellite.buffer"),
         ("[[part]]\nname = \"d\"\ndraw = { links = 2 }\n", "draw.links = 2"),
         ("[[part]]\nname = \"d\"\ndraw = { links = 5, bogus = 1 }\n", "draw: unknown field `bogus`"),
