@@ -145,24 +145,46 @@ pub fn start_refusals(cfg: &ProxyConfig) -> Vec<String> {
     v
 }
 
-/// Whether this host (this network namespace) has an interface `name`.
+/// Whether this network namespace has an interface `name`. Asked of the kernel through a
+/// socket (if_nametoindex), not read from /sys/class/net, which shows the namespace that
+/// mounted sysfs: a unit with NetworkNamespacePath= (or `nsenter --net`) keeps the host's.
 pub fn interface_exists(name: &str) -> bool {
-    std::path::Path::new("/sys/class/net").join(name).exists()
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated string that outlives the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
+}
+
+/// The interfaces of this network namespace, sorted (if_nameindex, for the same reason).
+fn interface_names() -> Vec<String> {
+    let mut names = Vec::new();
+    // SAFETY: if_nameindex returns an array ended by a zero entry, or null; it is freed once
+    // with if_freenameindex after its names were copied.
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            return names;
+        }
+        let mut p = list;
+        while (*p).if_index != 0 && !(*p).if_name.is_null() {
+            names.push(
+                std::ffi::CStr::from_ptr((*p).if_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            p = p.add(1);
+        }
+        libc::if_freenameindex(list);
+    }
+    names.sort();
+    names
 }
 
 /// Interfaces the configuration names that `exists` does not know. An interception
 /// interface that is not there catches nothing, silently; a leg's is where its routes go.
 pub fn interface_refusals(cfg: &ProxyConfig, exists: impl Fn(&str) -> bool) -> Vec<String> {
-    let known = || {
-        let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names.join(" ")
-    };
+    let known = || interface_names().join(" ");
     let mut v = Vec::new();
     for i in cfg.interfaces.iter().filter(|i| !exists(i)) {
         v.push(format!(
