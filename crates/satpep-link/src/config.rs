@@ -217,6 +217,14 @@ impl RateSource {
         }
     }
 
+    /// Smallest rate, bit/s.
+    pub fn min_bps(&self) -> f64 {
+        match self {
+            RateSource::Fixed(r) => *r,
+            RateSource::Trace(t) => t.min(),
+        }
+    }
+
     /// Rate at time `t` ns since the emulator started, bit/s.
     pub fn at(&self, t: f64) -> f64 {
         match self {
@@ -527,6 +535,16 @@ pub struct LinkConfig {
     pub seed: u64,
     /// Preset it started from, if any.
     pub preset: Option<String>,
+}
+
+impl LinkConfig {
+    /// Whether a rate or delay trace changes the link over time (what it does then counts
+    /// from the emulator's start).
+    pub fn varies(&self) -> bool {
+        [&self.forward, &self.ret].iter().any(|d| {
+            matches!(d.rate, RateSource::Trace(_)) || matches!(d.delay, DelaySource::Trace(_))
+        })
+    }
 }
 
 impl DirectionConfig {

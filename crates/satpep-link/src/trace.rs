@@ -70,27 +70,25 @@ impl Trace {
 
     /// Reads a rate trace (values in bit/s, all > 0).
     pub fn load_rate(path: &Path) -> Result<Trace, String> {
-        let t = Self::load(path, Interp::Step, parse_rate)?;
-        if let Some(p) = t.points.iter().find(|p| p.1 <= 0.0) {
-            return Err(format!(
-                "{}: rate at {} s is not positive (use an outage for a dead link)",
-                path.display(),
-                p.0 / 1e9
-            ));
-        }
-        Ok(t)
+        Self::load(path, Interp::Step, parse_rate)?
+            .positive()
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// Parses a rate trace written inline (`;` or newlines between points).
     pub fn parse_rate_inline(text: &str) -> Result<Trace, String> {
-        let t = Self::parse(&text.replace(';', "\n"), Interp::Step, parse_rate)?;
-        if let Some(p) = t.points.iter().find(|p| p.1 <= 0.0) {
-            return Err(format!(
+        Self::parse(&text.replace(';', "\n"), Interp::Step, parse_rate)?.positive()
+    }
+
+    /// The trace, if every rate in it is positive.
+    fn positive(self) -> Result<Trace, String> {
+        match self.points.iter().find(|p| p.1 <= 0.0) {
+            Some(p) => Err(format!(
                 "rate at {} s is not positive (use an outage for a dead link)",
                 p.0 / 1e9
-            ));
+            )),
+            None => Ok(self),
         }
-        Ok(t)
     }
 
     /// Parses a delay trace written inline (`;` or newlines between points).

@@ -275,7 +275,7 @@ fn process_metrics(r: &mut prometheus_client::registry::Registry) {
 /// The Prometheus exposition of `reg`.
 pub fn metrics(reg: &Registry) -> String {
     let k = &reg.counters;
-    let live = reg.status();
+    let (live, (sat, ter)) = reg.status_and_retransmitted();
     // The standard process_* families have no prefix; everything of satpep's has `satpep_`.
     let mut root = prometheus_client::registry::Registry::default();
     process_metrics(&mut root);
@@ -341,7 +341,6 @@ pub fn metrics(reg: &Registry) -> String {
     let rtt = Labelled::<Gauge<f64, AtomicU64>>::default();
     let cwnd = Labelled::<Gauge<f64, AtomicU64>>::default();
     let retrans = Labelled::<Counter>::default();
-    let (sat, ter) = reg.retransmitted();
     for leg in ["satellite", "terrestrial"] {
         let infos: Vec<_> = live
             .iter()

@@ -268,7 +268,7 @@ impl Registry {
 
     /// Forgets a closed connection, folding its figures into the totals. The fold and the
     /// removal happen under the map's lock, which every reader of a total ([`Registry::relayed`],
-    /// [`Registry::retransmitted`]) also holds: a scrape in between would otherwise count the
+    /// [`Registry::status_and_retransmitted`]) also holds: a scrape in between would otherwise count the
     /// connection twice or not at all, and a counter that goes back reads as a restart.
     pub fn remove(&self, c: &Conn) {
         let mut conns = self.conns.lock().unwrap();
@@ -287,27 +287,6 @@ impl Registry {
         drop(conns);
         // From here the owner may close the sockets.
         *c.fds.lock().unwrap() = None;
-    }
-
-    /// Segments retransmitted since start, (satellite leg, terrestrial leg): those of closed
-    /// connections plus the live ones' so far, read under the map's lock (see
-    /// [`Registry::remove`]).
-    pub fn retransmitted(&self) -> (u64, u64) {
-        let k = &self.counters;
-        let conns = self.conns.lock().unwrap();
-        let (mut sat, mut ter) = (
-            k.retrans_satellite.load(Relaxed),
-            k.retrans_terrestrial.load(Relaxed),
-        );
-        for c in conns.values() {
-            if let Some(i) = c.with_satellite(tcpinfo::read).flatten() {
-                sat += i.total_retrans as u64;
-            }
-            if let Some(i) = c.with_terrestrial(tcpinfo::read).flatten() {
-                ter += i.total_retrans as u64;
-            }
-        }
-        (sat, ter)
     }
 
     /// Connections forwarded unsplit since start (reads nft's counter: a process).
@@ -349,25 +328,45 @@ impl Registry {
 
     /// Every live connection with both legs' TCP_INFO.
     pub fn status(&self) -> Vec<ConnStatus> {
-        let conns: Vec<Arc<Conn>> = self.conns.lock().unwrap().values().cloned().collect();
-        conns
-            .iter()
-            .map(|c| ConnStatus {
-                id: c.id,
-                src: c.src.to_string(),
-                dst: c.dst.to_string(),
-                age_s: c.started.elapsed().as_secs_f64(),
-                bytes_up: c.up.load(Relaxed),
-                bytes_down: c.down.load(Relaxed),
-                satellite: c.with_satellite(tcpinfo::read).flatten(),
-                terrestrial: c.with_terrestrial(tcpinfo::read).flatten(),
-                adaptive: c.adaptive.lock().unwrap().as_ref().map(|a| AdaptiveStatus {
-                    class: a.class.map(|k| k.name()).unwrap_or("").into(),
-                    switches: a.switches,
-                    reason: a.reason.clone(),
-                }),
+        self.status_and_retransmitted().0
+    }
+
+    /// Every live connection with both legs' TCP_INFO, and the segments retransmitted since
+    /// start per leg (satellite, terrestrial): those of closed connections plus the live
+    /// ones' so far. One pass under the map's lock: each socket's TCP_INFO is read once per
+    /// scrape, and the totals agree with the list (see [`Registry::remove`]).
+    pub fn status_and_retransmitted(&self) -> (Vec<ConnStatus>, (u64, u64)) {
+        let k = &self.counters;
+        let conns = self.conns.lock().unwrap();
+        let (mut sat, mut ter) = (
+            k.retrans_satellite.load(Relaxed),
+            k.retrans_terrestrial.load(Relaxed),
+        );
+        let live = conns
+            .values()
+            .map(|c| {
+                let satellite = c.with_satellite(tcpinfo::read).flatten();
+                let terrestrial = c.with_terrestrial(tcpinfo::read).flatten();
+                sat += satellite.as_ref().map_or(0, |i| i.total_retrans as u64);
+                ter += terrestrial.as_ref().map_or(0, |i| i.total_retrans as u64);
+                ConnStatus {
+                    id: c.id,
+                    src: c.src.to_string(),
+                    dst: c.dst.to_string(),
+                    age_s: c.started.elapsed().as_secs_f64(),
+                    bytes_up: c.up.load(Relaxed),
+                    bytes_down: c.down.load(Relaxed),
+                    satellite,
+                    terrestrial,
+                    adaptive: c.adaptive.lock().unwrap().as_ref().map(|a| AdaptiveStatus {
+                        class: a.class.map(|k| k.name()).unwrap_or("").into(),
+                        switches: a.switches,
+                        reason: a.reason.clone(),
+                    }),
+                }
             })
-            .collect()
+            .collect();
+        (live, (sat, ter))
     }
 }
 

@@ -415,7 +415,7 @@ fn rate_schedule(rng: &mut ChaCha8Rng, c: Change, nominal: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use satpep_link::config::{LinkSpec, RateSource};
+    use satpep_link::config::LinkSpec;
 
     #[test]
     fn a_seed_draws_the_same_links_and_another_seed_others() {
@@ -466,10 +466,7 @@ mod tests {
                     let c = spec
                         .resolve()
                         .unwrap_or_else(|e| panic!("{}: {e}", l.about()));
-                    let top = match &c.forward.rate {
-                        RateSource::Fixed(r) => *r,
-                        RateSource::Trace(t) => t.max(),
-                    };
+                    let top = c.forward.rate.max_bps();
                     assert!((top - l.forward_bps).abs() <= 1.0, "{}", l.about());
                 }
             }

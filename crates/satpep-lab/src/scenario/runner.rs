@@ -193,12 +193,7 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             // One-off outages and rate or delay traces count from the emulator's start: each
             // run gets a fresh one, so that every run (every configuration compared on the
             // link) meets them at the same point.
-            let timed = link.resolve().is_ok_and(|c| {
-                [&c.forward, &c.ret].iter().any(|d| {
-                    matches!(d.rate, satpep_link::config::RateSource::Trace(_))
-                        || matches!(d.delay, satpep_link::config::DelaySource::Trace(_))
-                })
-            });
+            let timed = link.resolve().is_ok_and(|c| c.varies());
             let outages = !spec.bridge && (!link.outage.down.is_empty() || timed);
             if link_now.as_ref() != Some(&want) || outages {
                 match &want {

@@ -313,11 +313,7 @@ impl Kind for Fault {
         // the exchange's 60 s deadline assumes (8 MB down takes 32 s at 2 Mbit/s), each
         // end gets four times what its bytes take at the link's lowest rate on top.
         if let Ok(link) = base.resolve() {
-            let lowest = |d: &satpep_link::config::DirectionConfig| match &d.rate {
-                satpep_link::config::RateSource::Fixed(r) => *r,
-                satpep_link::config::RateSource::Trace(t) => t.min(),
-            };
-            let (fwd, ret) = (lowest(&link.forward), lowest(&link.ret));
+            let (fwd, ret) = (link.forward.rate.min_bps(), link.ret.rate.min_bps());
             let ideal = |down_bytes: u64, up_bytes: u64| {
                 let d = down_bytes.min(64 * MB) as f64 * 8.0 / fwd;
                 let u = up_bytes.min(64 * MB) as f64 * 8.0 / ret;
