@@ -11,6 +11,9 @@ use std::path::PathBuf;
 /// Load-time settings a controller may declare, each an `Options` field of the same name.
 const SETTINGS: &[&str] = &["rtt0_us", "capacity_kbps"];
 
+/// The satellite model's C sources (crates/satpep-model), included by `satpep_sat`.
+const MODEL: &str = "../satpep-model/c";
+
 /// One controller's source, as read.
 struct Source {
     name: String,
@@ -74,6 +77,12 @@ fn camel(name: &str) -> String {
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed=src/bpf");
+    // satpep_sat hosts the one satellite model, shared with the tunnel's controller.
+    println!("cargo:rerun-if-changed={MODEL}");
+    for f in std::fs::read_dir(MODEL).expect(MODEL) {
+        let f = f.expect(MODEL).file_name().into_string().unwrap();
+        println!("cargo:rerun-if-changed={MODEL}/{f}");
+    }
     // Every file there (headers included) rebuilds; the controllers are satpep_*.bpf.c.
     let files: Vec<String> = std::fs::read_dir("src/bpf")
         .expect("src/bpf")
@@ -95,7 +104,12 @@ fn main() {
         let skel = out.join(format!("{name}.skel.rs"));
         SkeletonBuilder::new()
             .source(&src)
-            .clang_args(["-D__TARGET_ARCH_x86", "-Wall", "-Wno-unused-function"])
+            .clang_args([
+                "-D__TARGET_ARCH_x86",
+                "-Wall",
+                "-Wno-unused-function",
+                &format!("-I{MODEL}"),
+            ])
             .build_and_generate(&skel)
             .unwrap_or_else(|e| {
                 panic!(

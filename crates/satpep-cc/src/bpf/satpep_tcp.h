@@ -34,8 +34,18 @@ typedef _Bool bool;
 
 #pragma clang attribute push (__attribute__((preserve_access_index)), apply_to = record)
 
+struct in6_addr {
+	union {
+		__u8 u6_addr8[16];
+		__be32 u6_addr32[4];
+	} in6_u;
+};
+
 struct sock_common {
+	__be32 skc_daddr;
+	unsigned short skc_family;
 	unsigned char skc_state;
+	struct in6_addr skc_v6_daddr;
 } __attribute__((preserve_access_index));
 
 struct sock {
@@ -146,6 +156,14 @@ struct tcp_congestion_ops {
 #define CA_ACK_ECE (1 << 2)
 
 #define SK_PACING_NEEDED 1
+#define AF_INET 2
+#define AF_INET6 10
+/* enum bpf_map_type, map flags and helper flags (uapi linux/bpf.h) */
+#define BPF_MAP_TYPE_LRU_HASH 9
+#define BPF_MAP_TYPE_SK_STORAGE 24
+#define BPF_F_NO_PREALLOC 1
+#define BPF_SK_STORAGE_GET_F_CREATE 1
+#define BPF_ANY 0
 #define TCP_INFINITE_SSTHRESH 0x7fffffff
 #define USEC_PER_MSEC 1000ULL
 #define USEC_PER_SEC 1000000ULL

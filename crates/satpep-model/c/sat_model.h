@@ -1,0 +1,995 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * satpep's satellite congestion control: one model, two hosts. The BPF struct_ops
+ * controller `satpep_sat` (split mode, crates/satpep-cc/src/bpf/satpep_sat.bpf.c) and the
+ * tunnel's quinn controller `satellite` (crates/satpep-tunnel/src/congestion/satellite.rs,
+ * through crates/satpep-model) both compile this file; each host only turns its own events
+ * into a `struct sat_ack` (the kernel's ACK and rate sample, in segments) and applies the
+ * window and pacing rate the model returns. It needs no configured rate, keeps the
+ * bottleneck's queue short and ignores random loss. docs/model.md explains it at length.
+ *
+ *                     queue > budget                   half a window sent in
+ *          +-------+  or full pipe     +-------+       the drain acked, queue gone
+ *   init ->| START |------------------>| DRAIN |----------------------------+
+ *          +-------+                   +-------+<-----------+               |
+ *            ^   ^                      |  ^  | queue left:  |               v
+ *  probes    |   | rounds with no queue |  |  | cut again    |  queue  +--------+
+ *  found     |   +----------------------+--|--+--------------|---------| CRUISE |
+ *  room      |     (from CRUISE/PROBE)     |                 | > budget +--------+
+ *            |                             |                 |           | every 4
+ *            |   +-------+                 |                 |           v rounds
+ *            +---| PROBE |-----------------+-----------------+       +-------+
+ *                +-------+  base RTT old: drain; no room: CRUISE     | PROBE |
+ *                                                                    +-------+
+ *          drains that keep leaving a queue (another sender fills the buffer)
+ *   DRAIN ---------------------------------------------------------> COMPETE
+ *   COMPETE --- 20 s on, a drain checks whether the competitor left ---> DRAIN
+ *
+ * Model (BBR's): the rate is the highest delivery rate of the last 5-10 rounds that were not
+ * application limited, with the channel's random losses counted in (lost segments used the
+ * link too); the base RTT the lowest RTT of the last max(2 s, 16 rounds). The window is
+ * rate x (base RTT + slack), slack = max(15 ms, base RTT / 25, two segments' time): the only
+ * queue it means to keep.
+ *
+ * START: 32 segments, doubling every round until the RTT shows a queue above the budget
+ * (slack + margin) or the rate stops growing by a quarter for three full rounds. The queue
+ * is read as the lowest RTT of the last max(10 ms, base RTT / 8), from at least three
+ * samples, so one late ACK is no queue.
+ *
+ * Rate drops (a fade, other traffic): a queue above the budget means the link serves less
+ * than the model. The rate becomes window / (base RTT + queue) (Vegas's and FAST TCP's
+ * reading), or the delivery rate if lower, and one round at 0.94 x rate x base RTT (DRAIN)
+ * empties the queue; the ACKs of what was sent before it, which the busy bottleneck serves
+ * at its rate now, set the rate again. A queue left after the drain cuts the rate again.
+ *
+ * Rate rises: every 4 rounds the window probes half a slack above the model (PROBE); room
+ * found doubles the probe, three in a row (or two full windows in which no queue reading
+ * showed a quarter of the slack) restart growth at x1.5 a round, which a queue above the
+ * slack ends.
+ *
+ * A queue that is not its own (COMPETE): drains that keep leaving a queue bigger than this
+ * sender's window, or a buffer that overflowed while the window held at or below the model,
+ * mean a loss-based sender keeps the buffer full. The window then grows as CUBIC's, backs off
+ * by 0.85 at a loss with a queue, and holds at least half of the link's rate over the RTT
+ * now. After 20 s a drain tests whether the competitor left.
+ *
+ * A buffer shallower than the budget: a round that loses far more than the channel's noise
+ * while only a short queue stands met a full buffer. The slack then becomes half that queue
+ * (never below two segments' time), so the window no longer overflows it.
+ *
+ * Losses without a queue are the channel's noise: repaired by the host, no slow down.
+ *
+ * Pacing: 2 x window / RTT in the start, the model's rate in a drain, 1.25 x window / RTT
+ * otherwise, so the window, not the pacer, holds the queue.
+ *
+ * Warm start: a host that knows the path's rate and base RTT from an earlier connection
+ * (`sat_model_resume`) starts at that rate in CRUISE instead of doubling from 32 segments;
+ * a queue at once says the path changed, and the usual reaction drains it.
+ */
+#ifndef SAT_MODEL_H
+#define SAT_MODEL_H
+
+#include "sat_types.h"
+#include "win_minmax.h"
+
+/* The phases of the diagram above. */
+#define SAT_START 0
+#define SAT_DRAIN 1
+#define SAT_CRUISE 2
+#define SAT_PROBE 3
+#define SAT_COMPETE 4
+
+#define SLACK_MIN_US 15000U
+#define SLACK_SHARE 25U
+#define MARGIN_MIN_US 15000U
+/* A kernel sender's ramp after a drain stands for a moment above the queue its window holds
+ * (41 ms against 23 on GEO), and a budget of 37 ms drained every 1.7 s. */
+#define MARGIN_SHARE 20U
+#define BW_BLOCK_ROUNDS 5U
+#define MIN_RTT_SPAN_US 2000000U
+#define MIN_RTT_ROUNDS 16U
+#define RECENT_MIN_US 10000U
+#define RECENT_SHARE 8U
+#define CRUISE_ROUNDS 4U
+#define DRAIN_GAIN_PCT 94U
+#define INITIAL_CWND 32U
+#define MIN_CWND 4U
+#define COMPETE_AT_LEAST_MS 20000U
+/* Rounds in the competitive mode before its own delivery rate may lower the floor: the first
+ * ACKs of it are for what the drains sent. */
+#define COMPETE_OWN_ROUNDS 3U
+/* Bytes a segment takes on the wire beyond its payload (headers and framing). */
+#define FRAME_OVERHEAD 66U
+#define NOISE_MAX_PPM 500000U
+/* Most of the competitive window's loss the fair share makes up for, /256 (0.3). */
+#define COMPETE_LOSS_MAX 77U
+/* Rounds with a shallow buffer's losses before the slack shrinks to it: one lossy round
+ * may be a burst of the channel's. */
+#define SHALLOW_ROUNDS 2U
+
+/* One ACK, as the host saw it (the kernel's tcp_sock and rate_sample, in segments). */
+struct sat_ack {
+	u64 now_us;           /* the sender's clock */
+	u32 mss;              /* payload bytes per segment */
+	u32 srtt_us;          /* smoothed RTT, 0 while unknown */
+	u32 delivered;        /* segments delivered so far */
+	u32 prior_delivered;  /* `delivered` when the newest segment this ACK covers was sent */
+	s32 rs_delivered;     /* rate sample: segments delivered over `interval_us` (< 0: none) */
+	s64 interval_us;      /* rate sample's span (<= 0: none) */
+	s32 rtt_us;           /* RTT sample (<= 0: none) */
+	u32 acked;            /* segments this ACK acknowledged */
+	u32 losses;           /* segments newly found lost */
+	u8 app_limited;       /* the rate sample is application limited */
+	u8 timeout;           /* recovering from a retransmission timeout */
+};
+
+/* The window, owned by the host (the kernel may cut it on a timeout), lent to the model. */
+struct sat_window {
+	u32 cwnd;   /* segments */
+	u32 cnt;    /* growth not yet applied, segment fractions */
+	u32 clamp;  /* the host's ceiling, segments */
+};
+
+/* Rate and RTT filters. */
+struct sat_filters {
+	u32 bw;               /* model rate, bytes/s */
+	u32 bw_peak;          /* highest rate ever (the competitive mode's fair share) */
+	struct sat_max2 rate; /* delivery rate per round, bytes/s */
+	struct sat_min2 base; /* base RTT, us */
+	struct sat_min2 recent; /* the latest RTTs: the queue reading, us */
+};
+
+/* The round trip now. */
+struct sat_round {
+	u32 next;       /* `delivered` that ends it */
+	u32 acked;      /* segments delivered in it */
+	u32 lost;       /* segments lost in it */
+	u32 cwnd;       /* window it began with */
+	u32 bw;         /* latest delivery-rate sample (START: highest), bytes/s */
+	u32 max_queue;  /* highest queue reading in it, us */
+	u8 app_limited; /* it had too little to send */
+	u8 reacted;     /* reacted to a queue in it */
+	u8 read;        /* it had a queue reading of three samples or more */
+	u8 queued;      /* and one of them showed a quarter of the slack or more */
+};
+
+/* The channel's own losses, and a buffer that holds less than the budget. */
+struct sat_noise {
+	u32 clean_ppm;    /* loss rate of segments sent in drains, per million: a drain's
+			   * window is below the path's, so no buffer overflows then and
+			   * every loss is the channel's */
+	u32 buffer_us;    /* queue the buffer holds at most, if shallower than the slack (0: not) */
+	u8 drains;        /* drains in clean_ppm */
+	u8 shallow_rounds; /* lossy rounds in a row with a short queue */
+};
+
+/* DRAIN and the drains before it. */
+struct sat_drain {
+	u32 began_us;     /* when it began (the clock's low bits) */
+	u32 delivered;    /* `delivered` when it began */
+	u32 min_rtt;      /* lowest RTT of segments sent in it, us */
+	u32 acked;        /* segments sent in it and delivered */
+	u32 lost;         /* segments lost while those were acknowledged */
+	u32 cut_from;     /* the window before the drains began */
+	u32 left_us;      /* queue the last drain left */
+	u32 ended_ms;     /* the last drain ended; in COMPETE, when it began */
+	u8 undrained;     /* drains in a row that left a queue */
+	u8 after_start;   /* it follows the start: its rate samples are the link's */
+	u8 busy;          /* it follows a queue above the budget */
+	u8 overflow;      /* since the last drain: a loss with a queue while the window held at
+			   * or below the model (another sender overflows the buffer) */
+};
+
+/* START's growth and PROBE. */
+struct sat_growth {
+	u32 ref_bw;       /* START: rate at the last growth; PROBE: rate before it */
+	u32 probe_extra;  /* segments PROBE adds */
+	u8 full_rounds;   /* START: full rounds without growth */
+	u8 probe_wins;    /* PROBE: probes in a row that found room */
+	u8 idle_rounds;   /* full windows in a row that met no queue */
+	u8 regrowth;      /* growth after the start: x1.5 a round */
+	u8 resumed;       /* a warm start's first round: paced at the model's rate */
+};
+
+/* COMPETE: CUBIC's curve and the fair share. */
+struct sat_compete {
+	u32 w_max;        /* the window at the last back-off, segments */
+	u32 k_ms;         /* when the curve gets back to w_max */
+	u32 epoch_ms;     /* when the curve began */
+	u8 loss;          /* share of a round's segments lost, /256, smoothed over ~4 rounds */
+};
+
+/* The whole state: what a host keeps per connection. */
+struct sat_model {
+	struct sat_filters f;
+	struct sat_round r;
+	struct sat_noise noise;
+	struct sat_drain drain;
+	struct sat_growth grow;
+	struct sat_compete comp;
+	u8 phase;
+	u8 phase_rounds;
+};
+
+/* The path as an earlier connection left it (warm start). */
+struct sat_path {
+	u32 bw;       /* bytes/s */
+	u32 base_us;  /* base RTT */
+};
+
+SAT_FN u32 now_ms(const struct sat_ack *a)
+{
+	return (u32)(a->now_us / USEC_PER_MSEC);
+}
+
+SAT_FN u32 base_us(const struct sat_model *m)
+{
+	u32 b = min2_get(&m->f.base);
+
+	return b == SAT_NONE ? 0 : b;
+}
+
+/* Bytes at `bw` over `us`, in segments. */
+SAT_FN u32 segs_in(const struct sat_ack *a, u32 bw, u32 us)
+{
+	return (u32)((u64)bw * us / USEC_PER_SEC / max(a->mss, 1U));
+}
+
+/* How long `n` segments take at the model's rate, us (0 while it is unknown). */
+SAT_FN u32 segs_time(const struct sat_model *m, const struct sat_ack *a, u32 n)
+{
+	if (!m->f.bw)
+		return 0;
+	return (u32)min((u64)n * (a->mss + FRAME_OVERHEAD) * USEC_PER_SEC / m->f.bw,
+			USEC_PER_SEC);
+}
+
+SAT_FN u32 slack_us(const struct sat_model *m, const struct sat_ack *a)
+{
+	u32 s = max(max(SLACK_MIN_US, base_us(m) / SLACK_SHARE), segs_time(m, a, 2));
+
+	/* A buffer shallower than the slack: half of it, so the window never fills it. */
+	if (m->noise.buffer_us)
+		s = min(s, max(m->noise.buffer_us / 2, segs_time(m, a, 2)));
+	return s;
+}
+
+/* Above the slack: jitter, delayed ACKs, small path changes; four segments' time on a thin
+ * link, where one or two segments of jitter are otherwise read as a queue. */
+SAT_FN u32 margin_us(const struct sat_model *m, const struct sat_ack *a)
+{
+	u32 g = max(max(MARGIN_MIN_US, base_us(m) / MARGIN_SHARE), segs_time(m, a, 4));
+
+	if (m->noise.buffer_us)
+		g = min(g, max(m->noise.buffer_us / 2, segs_time(m, a, 2)));
+	return g;
+}
+
+SAT_FN u32 budget_us(const struct sat_model *m, const struct sat_ack *a)
+{
+	return slack_us(m, a) + margin_us(m, a);
+}
+
+/* The queue the latest RTT samples show: their lowest above the base RTT. */
+SAT_FN u32 queue_us(const struct sat_model *m)
+{
+	u32 r = min2_get(&m->f.recent);
+	u32 b = base_us(m);
+
+	if (r == SAT_NONE || !b || r < b)
+		return 0;
+	return r - b;
+}
+
+/* What the window delivers at the RTT now, bytes/s (Vegas's reading of a standing queue). */
+SAT_FN u32 rate_at_queue(const struct sat_model *m, const struct sat_window *w,
+			 const struct sat_ack *a)
+{
+	u64 rtt = (u64)base_us(m) + queue_us(m);
+
+	return (u32)min((u64)w->cwnd * a->mss * USEC_PER_SEC / max(rtt, 1ULL), 0xffffffffULL);
+}
+
+/* The window the model and the phase call for, segments. */
+SAT_FN u32 target(const struct sat_model *m, const struct sat_window *w, const struct sat_ack *a)
+{
+	u32 base = base_us(m), bdp, t;
+
+	if (!base || !m->f.bw)
+		return w->cwnd;
+	bdp = segs_in(a, m->f.bw, base);
+	switch (m->phase) {
+	case SAT_DRAIN:
+		t = bdp * DRAIN_GAIN_PCT / 100;
+		break;
+	case SAT_CRUISE:
+		t = bdp + segs_in(a, m->f.bw, slack_us(m, a));
+		break;
+	case SAT_PROBE:
+		t = bdp + segs_in(a, m->f.bw, slack_us(m, a)) + m->grow.probe_extra;
+		break;
+	default:
+		return w->cwnd;
+	}
+	return max(t, MIN_CWND);
+}
+
+/* The competitive mode's least window: half the link's rate over the RTT now, raised by the
+ * share of its segments the full buffer drops (what is dropped never arrives: a paced sender
+ * loses more at a drop-tail buffer kept full than a window-clocked competitor), by 1 / 0.7 at
+ * most. */
+SAT_FN u32 fair_share(const struct sat_model *m, const struct sat_ack *a)
+{
+	u64 s = segs_in(a, m->f.bw_peak / 2, a->srtt_us);
+
+	s = s * 256 / (256 - min((u32)m->comp.loss, COMPETE_LOSS_MAX));
+	return max((u32)min(s, 0xffffffffULL), MIN_CWND);
+}
+
+/* Cube root of x (to within one), x below 2^51, by Newton's method from above: 2^17 is
+ * above any root, each step at least a third closer, 24 steps reach roots down to 1. No
+ * branch on the running value, so the verifier walks the steps once (a bisection's
+ * branches on known bounds made it walk 2^21 paths). */
+SAT_GLOBAL u32 sat_cbrt(u64 x)
+{
+	u64 r = 1 << 17;
+
+	if (x >= 1ULL << 51)
+		return 1 << 17;
+	SAT_UNROLL
+	for (int i = 0; i < 24; i++)
+		r = (2 * r + x / (r * r | 1)) / 3;
+	return (u32)r;
+}
+
+/* The integer square root of x < 2^32, from above (Newton), as sat_cbrt: fixed steps, no
+ * branch on the running value. */
+SAT_GLOBAL u32 sat_sqrt(u32 x)
+{
+	u64 r = 1 << 16;
+
+	SAT_UNROLL
+	for (int i = 0; i < 22; i++)
+		r = (r + x / (r | 1)) / 2;
+	return (u32)r;
+}
+
+/* When CUBIC's curve from `cwnd` gets back to `w_max`, ms (RFC 9438: K = cbrt((w_max -
+ * cwnd) / C), C = 0.4 segments/s^3). */
+SAT_GLOBAL u32 sat_cubic_k(u32 w_max, u32 cwnd)
+{
+	if (w_max <= cwnd)
+		return 0;
+	/* x 10^9 / 0.4: s^3 to ms^3 */
+	return sat_cbrt((u64)(w_max - cwnd) * 2500000000ULL);
+}
+
+/* The window the curve calls for `t_ms` after its start, segments (RFC 9438: W(t) =
+ * C (t - K)^3 + w_max). */
+SAT_GLOBAL u32 sat_cubic_target(u32 t_ms, u32 k_ms, u32 w_max)
+{
+	s64 d = (s64)t_ms - k_ms;
+	u64 x = d < 0 ? -d : d, off;
+
+	if (x > 1000000) /* 1000 s: beyond any epoch, and no overflow below */
+		x = 1000000;
+	off = x * x * x * 4 / 10000000000ULL;
+	if (d >= 0)
+		return off > 0xffffff ? 0xffffff + w_max : w_max + (u32)off;
+	return off >= w_max ? 0 : w_max - (u32)off;
+}
+
+/* CUBIC's growth towards `target` for `acked` segments: at most x1.5 a round, at least
+ * Reno's segment a round. Returns the window << 32 | the growth not yet applied. */
+SAT_GLOBAL u64 sat_cubic_grow(u32 cwnd, u32 cnt, u32 acked, u32 target)
+{
+	u32 step = 1;
+
+	if (cwnd < MIN_CWND)
+		cwnd = MIN_CWND;
+	if (target > cwnd) {
+		step = target - cwnd;
+		if (step > cwnd / 2)
+			step = cwnd / 2;
+	}
+	if (acked > 0xffff)
+		acked = 0xffff;
+	cnt += acked * step;
+	if (cnt >= cwnd) {
+		cwnd += cnt / cwnd;
+		cnt %= cwnd;
+	}
+	return (u64)cwnd << 32 | cnt;
+}
+
+/* The competitive mode's curve restarts from the window now towards `w_max`. */
+SAT_FN void cubic_epoch(struct sat_model *m, struct sat_window *w, const struct sat_ack *a,
+			u32 w_max)
+{
+	m->comp.w_max = w_max;
+	m->comp.epoch_ms = now_ms(a);
+	m->comp.k_ms = sat_cubic_k(w_max, w->cwnd);
+	w->cnt = 0;
+}
+
+SAT_FN void set_bw(struct sat_model *m, u32 bw)
+{
+	m->f.bw = bw;
+	max2_reset(&m->f.rate, bw);
+}
+
+SAT_FN void enter(struct sat_model *m, struct sat_window *w, const struct sat_ack *a, u8 phase)
+{
+	bool ramp = phase == SAT_CRUISE || phase == SAT_PROBE;
+	u32 t;
+
+	if (phase == SAT_DRAIN && m->phase != SAT_DRAIN)
+		m->drain.cut_from = w->cwnd;
+	m->drain.after_start = phase == SAT_DRAIN && m->phase == SAT_START;
+	m->drain.busy = phase == SAT_DRAIN && (m->r.reacted || m->phase == SAT_DRAIN);
+	m->phase = phase;
+	m->phase_rounds = 0;
+	m->grow.idle_rounds = 0;
+	if (phase == SAT_DRAIN) {
+		m->drain.began_us = (u32)a->now_us;
+		m->drain.delivered = a->delivered;
+		m->drain.min_rtt = SAT_NONE;
+		m->drain.acked = 0;
+		m->drain.lost = 0;
+	}
+	t = target(m, w, a);
+	/* Down at once; up gradually (set_window), or the window leaves as a burst. */
+	if (!(ramp && t > w->cwnd))
+		w->cwnd = max(min(t, w->clamp), MIN_CWND);
+}
+
+/* The link is faster than the model: grow again, at x1.5 a round. */
+SAT_FN void regrow(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	m->grow.regrowth = 1;
+	m->grow.ref_bw = m->f.bw;
+	m->grow.full_rounds = 0;
+	enter(m, w, a, SAT_START);
+}
+
+/* The queue is too long: the rate is what the bottleneck serves now; drain the queue. */
+SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	u32 by_rtt, measured;
+
+	m->r.reacted = 1;
+	if (m->phase == SAT_START) {
+		set_bw(m, max(m->f.bw, m->r.bw));
+	} else {
+		by_rtt = rate_at_queue(m, w, a);
+		measured = max(m->r.bw, 1U);
+		set_bw(m, min(min(m->f.bw, by_rtt), max(measured, by_rtt / 2)));
+	}
+	if (!m->f.bw) {
+		w->cwnd = max(w->cwnd / 2, MIN_CWND);
+		return;
+	}
+	enter(m, w, a, SAT_DRAIN);
+}
+
+/* A drain ended: its segments' losses are the channel's alone. */
+SAT_FN void fold_clean_noise(struct sat_model *m)
+{
+	u32 total = m->drain.acked + m->drain.lost, s, p = m->noise.clean_ppm;
+
+	if (total < 8)
+		return;
+	s = (u32)((u64)m->drain.lost * USEC_PER_SEC / total);
+	m->noise.clean_ppm = !m->noise.drains ? s : s >= p ? p + (s - p) / 4 : p - (p - s) / 4;
+	if (m->noise.drains < 255)
+		m->noise.drains++;
+}
+
+SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	SAT_ARGS(m && w && a);
+	u32 base = base_us(m), queue = queue_us(m), by_rtt;
+	bool overflow = m->drain.overflow, foreign;
+
+	m->drain.ended_ms = now_ms(a);
+	m->drain.overflow = 0;
+	fold_clean_noise(m);
+	if (m->drain.min_rtt == SAT_NONE || m->drain.min_rtt <= base + margin_us(m, a)) {
+		/* Drained, but a buffer that overflowed under a window this small was filled
+		 * by another sender, which backed off meanwhile: the evidence stays. */
+		if (!overflow)
+			m->drain.undrained = 0;
+		enter(m, w, a, SAT_CRUISE);
+		return 0;
+	}
+	/* A queue that shrinks from drain to drain is one the cuts are catching up with (a link
+	 * slowing step by step, as in a rain fade): no sign of another sender, unless the
+	 * buffer overflowed. */
+	if (m->drain.undrained < 255 &&
+	    (!m->drain.undrained || overflow || queue >= m->drain.left_us * 3 / 4))
+		m->drain.undrained++;
+	m->drain.left_us = queue;
+	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
+	foreign = overflow ||
+		  (u64)m->f.bw_peak * queue / USEC_PER_SEC > 2ULL * w->cwnd * a->mss;
+	if ((m->drain.undrained >= 2 && foreign) || m->drain.undrained >= 4) {
+		/* Drains leave a queue: another sender keeps the buffer full. Start from half
+		 * of what the link carried, not from where the drains cut the rate, and undo
+		 * the drains' cuts as CUBIC would have lost one back-off there, with the curve
+		 * heading back to the window before them. */
+		u32 share = segs_in(a, m->f.bw_peak, base + queue) / 2;
+		u32 from = m->drain.cut_from;
+
+		w->cwnd = max(max(segs_in(a, m->f.bw, base + queue), share), MIN_CWND);
+		w->cwnd = max(w->cwnd, from / 10 * 7);
+		m->comp.loss = 0;
+		enter(m, w, a, SAT_COMPETE);
+		cubic_epoch(m, w, a, max(from, w->cwnd));
+		return 0;
+	}
+	/* The rate estimate is still too high: cut by what the queue says, 1/7 at least and
+	 * half at most, and drain again. */
+	by_rtt = rate_at_queue(m, w, a);
+	set_bw(m, min(m->f.bw - m->f.bw / 7, max(by_rtt, m->f.bw / 2)));
+	enter(m, w, a, SAT_DRAIN);
+	return 0;
+}
+
+SAT_FN u32 min_rtt_span_us(const struct sat_model *m)
+{
+	return max(MIN_RTT_SPAN_US, base_us(m) * MIN_RTT_ROUNDS);
+}
+
+/* The most of the round's losses the channel's noise explains beside `acked` deliveries:
+ * the expected count, three standard deviations and two segments. */
+SAT_FN u32 noise_bound(u32 acked, u32 noise_ppm)
+{
+	u32 expected = (u32)((u64)acked * noise_ppm / (USEC_PER_SEC - noise_ppm));
+
+	return expected + 3 * sat_sqrt(expected) + 2;
+}
+
+/* The round's rate sample with the channel's noise counted in (the bottleneck served the
+ * lost segments too): the round's own losses, up to what the noise explains, the rest a
+ * bottleneck dropping what exceeds its rate. Scaling every sample by 1 / (1 - the mean
+ * noise) instead read a T1 losing one segment in nine a few % fast in rounds that lost
+ * fewer than the mean, the max filter kept those, and the excess stood in the queue (lab,
+ * T1 at BER 1e-5, 8 runs each: the probe's queue p95 57-97 ms before, 33-58 ms after). */
+SAT_FN u64 crossed(const struct sat_model *m, u32 noise_ppm)
+{
+	u32 acked = max(m->r.acked, 1U);
+	u32 credit = min(m->r.lost, noise_bound(acked, noise_ppm));
+
+	return (u64)m->r.bw * (acked + credit) / acked;
+}
+
+/* Shallow buffer: a round that lost more than the channel's noise explains (the noise as
+ * drains measured it: a drain's window is below the path's, so no buffer overflows then),
+ * though its queue never reached three quarters of the slack the window keeps, met a buffer
+ * that holds less than that slack: it overflows every round and the budget is never reached
+ * (the tunnel's controller found this first; 5 ms buffers are common at gateways). Two such
+ * rounds in a row make the queue they saw the buffer's depth. */
+SAT_STEP learn_buffer(struct sat_model *m, const struct sat_ack *a)
+{
+	SAT_ARGS(m && a);
+	u32 total = m->r.acked + m->r.lost;
+	bool lossy = m->noise.drains &&
+		     m->r.lost > noise_bound(max(m->r.acked, 1U), m->noise.clean_ppm) && total >= 8;
+	bool short_queue = m->r.read && m->r.max_queue < slack_us(m, a) * 3 / 4;
+
+	if ((m->phase != SAT_CRUISE && m->phase != SAT_PROBE) || !lossy || !short_queue) {
+		m->noise.shallow_rounds = 0;
+		return 0;
+	}
+	if (++m->noise.shallow_rounds < SHALLOW_ROUNDS)
+		return 0;
+	m->noise.shallow_rounds = 0;
+	m->noise.buffer_us = max(m->r.max_queue, segs_time(m, a, 4));
+	return 0;
+}
+
+SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	SAT_ARGS(m && w && a);
+	u32 base = base_us(m), noise = min(m->noise.clean_ppm, NOISE_MAX_PPM);
+	u32 total = m->r.acked + m->r.lost;
+	u64 sample = min(crossed(m, noise), 0xffffffffULL);
+	/* A round that filled its window (lost segments count: an overflow filled it too). */
+	bool filled = !m->r.app_limited && total >= m->r.cwnd / 2;
+	bool idle;
+
+	learn_buffer(m, a);
+	if (m->phase == SAT_COMPETE && total >= 30) {
+		u32 s = min((u32)((u64)m->r.lost * 256 / total), 255U);
+		u32 l = m->comp.loss;
+
+		m->comp.loss = s >= l ? l + (s - l) / 4 : l - (l - s) / 4;
+	}
+	if (sample && (filled || sample > m->f.bw))
+		max2_sample(&m->f.rate, (u32)sample);
+	m->f.bw = max2_get(&m->f.rate);
+	max2_end_round(&m->f.rate, BW_BLOCK_ROUNDS);
+	m->f.bw_peak = max(m->f.bw_peak, m->f.bw);
+	/* A full window at the model's bandwidth-delay product met no queue at all: the model is
+	 * too slow (a fade ended, other traffic left, a drain cut too deep). */
+	idle = filled && (m->phase == SAT_CRUISE || m->phase == SAT_PROBE) &&
+	       m->r.cwnd >= segs_in(a, m->f.bw, base) && m->r.read && !m->r.queued;
+	m->r.acked = 0;
+	m->r.lost = 0;
+	/* Outside the start the latest sample stays until the next one: a queue met on the
+	 * ACK that ends a round would otherwise read a rate of zero and cut the model to half
+	 * of what the window delivers. */
+	if (m->phase == SAT_START)
+		m->r.bw = 0;
+	m->r.cwnd = w->cwnd;
+	m->r.app_limited = 0;
+	m->r.reacted = 0;
+	m->r.read = 0;
+	m->r.queued = 0;
+	m->r.max_queue = 0;
+	m->grow.resumed = 0;
+	if (m->phase_rounds < 255)
+		m->phase_rounds++;
+	m->grow.idle_rounds = idle ? min(m->grow.idle_rounds + 1, 255) : 0;
+
+	switch (m->phase) {
+	case SAT_START:
+		if (!filled)
+			break;
+		if (m->f.bw >= m->grow.ref_bw + m->grow.ref_bw / 4) {
+			m->grow.ref_bw = m->f.bw;
+			m->grow.full_rounds = 0;
+		} else if (++m->grow.full_rounds >= 3) {
+			enter(m, w, a, SAT_DRAIN);
+		}
+		break;
+	case SAT_CRUISE:
+		if (m->grow.idle_rounds >= 2) {
+			regrow(m, w, a);
+		} else if (m->phase_rounds >= CRUISE_ROUNDS) {
+			m->grow.ref_bw = m->f.bw;
+			m->grow.probe_wins = 0;
+			m->grow.probe_extra = max(segs_in(a, m->f.bw, slack_us(m, a)) / 2, 2U);
+			enter(m, w, a, SAT_PROBE);
+		}
+		break;
+	case SAT_PROBE:
+		if (m->grow.idle_rounds >= 2) {
+			regrow(m, w, a);
+		} else if (m->phase_rounds >= 2) {
+			/* The extra could add extra / BDP to the rate: half of that (1 % at least)
+			 * says there was room. */
+			u64 bdp = max(segs_in(a, m->grow.ref_bw, base), 1U);
+			u64 share = max((u64)m->grow.probe_extra * 1000000 / bdp / 2, 10000ULL);
+			bool grew = (u64)m->f.bw * 1000000 > (u64)m->grow.ref_bw * (1000000 + share);
+
+			if (grew && m->grow.probe_wins < 2) {
+				m->grow.probe_wins++;
+				m->grow.ref_bw = m->f.bw;
+				m->grow.probe_extra *= 2;
+				m->phase_rounds = 1;
+			} else if (grew) {
+				w->cwnd = max(target(m, w, a), MIN_CWND);
+				regrow(m, w, a);
+			} else if (now_ms(a) - m->drain.ended_ms > min_rtt_span_us(m) / 2000) {
+				/* The base RTT was last sampled long ago: a drain samples it. */
+				enter(m, w, a, SAT_DRAIN);
+			} else {
+				enter(m, w, a, SAT_CRUISE);
+				/* The probe's extra is still queued for one round: not a slower
+				 * link. */
+				m->r.reacted = 1;
+			}
+		}
+		break;
+	case SAT_COMPETE:
+		if (m->phase_rounds >= CRUISE_ROUNDS &&
+		    now_ms(a) - m->drain.ended_ms >= COMPETE_AT_LEAST_MS) {
+			/* Has the competitor left? A drain at our share tells. The base RTT from
+			 * before it is what the drain compares with: competing did not age it. */
+			set_bw(m, rate_at_queue(m, w, a));
+			m->drain.undrained = 2;
+			m->f.base.stamp = now_ms(a);
+			enter(m, w, a, SAT_DRAIN);
+		}
+		break;
+	}
+	return 0;
+}
+
+/* Step 1: one RTT sample (us) into the base RTT filter and the queue reading. */
+SAT_STEP update_rtt(struct sat_model *m, const struct sat_ack *a)
+{
+	SAT_ARGS(m && a);
+	u32 t = now_ms(a), q;
+
+	if (a->rtt_us <= 0)
+		return 0;
+	/* Not against a competitor, whose queue never empties: the full buffer's RTT would
+	 * become the base, and the drain that checks whether it left would find no queue. */
+	if (m->phase != SAT_COMPETE)
+		min2_update(&m->f.base, t, (u32)a->rtt_us, min_rtt_span_us(m) / 2000);
+	min2_update(&m->f.recent, t, (u32)a->rtt_us,
+		    max(RECENT_MIN_US, base_us(m) / RECENT_SHARE) / 2000);
+	if (m->f.recent.n >= 3) {
+		q = queue_us(m);
+		m->r.max_queue = max(m->r.max_queue, q);
+	}
+	return 0;
+}
+
+/* Step 2: the ACK's deliveries, losses and rate sample into the round; the round's end
+ * updates the model and the phase. */
+SAT_STEP update_round(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	SAT_ARGS(m && w && a);
+	/* Whether the round met a queue is read through it, not at its last ACK: a window
+	 * smaller than the link leaves a gap before each round, and the ACK that ends the round
+	 * comes after that gap, with too few samples in the reading's span to count. */
+	if (m->f.recent.n >= 3) {
+		m->r.read = 1;
+		if (queue_us(m) >= slack_us(m, a) / 4)
+			m->r.queued = 1;
+	}
+	m->r.acked += a->acked;
+	m->r.lost += a->losses;
+	if (a->app_limited)
+		m->r.app_limited = 1;
+	if (a->rs_delivered > 0 && a->interval_us > 0) {
+		u64 s = (u64)a->rs_delivered * a->mss * USEC_PER_SEC / (u64)a->interval_us;
+
+		s = min(s, 0xffffffffULL);
+		/* The latest sample, not the round's highest: each spans about a round, and the
+		 * highest of a round's many read the link 2-3 % fast, which then stood as 15 ms
+		 * of queue on a GEO path. In the start the highest: the rate doubles within a
+		 * round, and the start ends on what the last of it delivered. */
+		if (!a->app_limited || s > m->f.bw)
+			m->r.bw = m->phase == SAT_START || m->drain.after_start ?
+					  max(m->r.bw, (u32)s) : (u32)s;
+	}
+	if (m->phase == SAT_DRAIN && a->rtt_us > 0 &&
+	    (s32)(a->prior_delivered - m->drain.delivered) >= 0) {
+		m->drain.min_rtt = min(m->drain.min_rtt, (u32)a->rtt_us);
+		m->drain.acked += a->acked;
+		m->drain.lost += a->losses;
+	}
+	if (a->rs_delivered >= 0 && a->interval_us > 0 &&
+	    (s32)(a->prior_delivered - m->r.next) >= 0) {
+		m->r.next = a->delivered;
+		end_round(m, w, a);
+	}
+	return 0;
+}
+
+/* DRAIN's reading of the rate: what was sent before it comes back at the rate the busy
+ * bottleneck serves now, read over its first ACKs while they still show a queue (the
+ * start's last round, sent at twice the rate, does for an RTT). The host's samples span an
+ * RTT of ACKs, most of them from before: after the start they describe the round before,
+ * after a step down in rate the faster link. After the start the reading only raises the
+ * model; after a queue it only lowers it. */
+SAT_STEP drain_reading(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	SAT_ARGS(m && w && a);
+	u32 span, noise;
+	u64 r;
+
+	if (!(m->drain.after_start || m->drain.busy) ||
+	    (s32)(a->prior_delivered - m->drain.delivered) >= 0)
+		return 0;
+	span = (u32)a->now_us - m->drain.began_us;
+	if (span < max(RECENT_MIN_US, base_us(m) / RECENT_SHARE))
+		return 0;
+	if (!m->drain.after_start &&
+	    !(a->rtt_us > 0 && (u32)a->rtt_us >= base_us(m) + slack_us(m, a) / 2))
+		return 0;
+	noise = min(m->noise.clean_ppm, NOISE_MAX_PPM);
+	r = (u64)(a->delivered - m->drain.delivered) * a->mss * USEC_PER_SEC / span;
+	/* Lost segments used the link too. */
+	r = r * USEC_PER_SEC / (USEC_PER_SEC - noise);
+	if (r && r < 0xffffffffULL && (m->drain.after_start ? r > m->f.bw : r < m->f.bw)) {
+		set_bw(m, (u32)r);
+		w->cwnd = max(target(m, w, a), MIN_CWND);
+	}
+	return 0;
+}
+
+/* COMPETE's window: CUBIC's, with a floor at the fair share. */
+SAT_STEP compete(struct sat_model *m, struct sat_window *w, const struct sat_ack *a,
+		    bool too_long)
+{
+	SAT_ARGS(m && w && a);
+	if (a->losses > 0 && too_long && !m->r.reacted) {
+		/* A loss with a queue: back off as the loss-based competitor does, by 0.85 (a
+		 * CUBIC aggregate of two flows: this one arrives late, after the drains gave
+		 * ground). */
+		u32 cwnd = w->cwnd;
+		u32 got = max(m->f.bw, m->r.bw);
+
+		m->r.reacted = 1;
+		/* The fair share is at most twice what this sender delivers (a link that slowed
+		 * while competing would otherwise keep the floor above the whole link), but only
+		 * once the rate samples are this mode's and for a shortfall of more than a third:
+		 * a paced sender loses 10-15 % of its packets at a drop-tail buffer kept full. */
+		if (got && m->phase_rounds >= COMPETE_OWN_ROUNDS && 3ULL * got < (u64)m->f.bw_peak)
+			m->f.bw_peak = 2 * got;
+		/* At the floor the curve goes on: restarting it there held the window flat on the
+		 * curve's plateau while the competitor cut and grew back around it. */
+		if (cwnd / 20 * 17 > fair_share(m, a)) {
+			w->cwnd = cwnd / 20 * 17;
+			cubic_epoch(m, w, a, cwnd);
+		}
+	} else if (!a->app_limited) {
+		/* CUBIC's growth (the hosts' default sender), so that the two share a drop-tail
+		 * buffer as two CUBIC senders do. The curve is read one base RTT ahead, as CUBIC
+		 * does. */
+		u32 t = sat_cubic_target(now_ms(a) - m->comp.epoch_ms + base_us(m) / 1000,
+					 m->comp.k_ms, m->comp.w_max);
+		u64 g = sat_cubic_grow(w->cwnd, w->cnt, a->acked, t);
+
+		w->cwnd = (u32)(g >> 32);
+		w->cnt = (u32)g;
+		if (w->cwnd < fair_share(m, a))
+			w->cnt = 0;
+	}
+	w->cwnd = max(w->cwnd, fair_share(m, a));
+	return 0;
+}
+
+/* Step 3: the phase's reaction to this ACK. */
+SAT_STEP update_phase(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	SAT_ARGS(m && w && a);
+	/* A probe means to queue its extra: above the budget by more than that, the link got
+	 * slower. Growing again after rounds with no queue at all, any queue is this sender's
+	 * own: the slack ends it (the window grows 1.5 x a round and the queue shows an RTT
+	 * late, so each ms waited stands in the queue many times over). */
+	u32 allowed = m->phase == SAT_START && m->grow.regrowth ? slack_us(m, a) : budget_us(m, a);
+	bool too_long;
+
+	if (m->phase == SAT_PROBE)
+		allowed += segs_time(m, a, m->grow.probe_extra);
+	too_long = m->f.recent.n >= 3 && queue_us(m) > allowed;
+	/* A quarter of the base RTT is more queue than this sender's start or a probe leaves;
+	 * the channel's noise loses without one. */
+	if (a->losses > 0 && m->f.recent.n >= 3 && queue_us(m) > base_us(m) / 4 &&
+	    queue_us(m) > 2 * budget_us(m, a) &&
+	    (m->phase == SAT_DRAIN || m->phase == SAT_CRUISE))
+		m->drain.overflow = 1;
+	switch (m->phase) {
+	case SAT_START:
+		if (!a->app_limited) {
+			if (m->grow.regrowth) {
+				u32 c = w->cnt + a->acked;
+
+				w->cwnd += c / 2;
+				w->cnt = c & 1;
+			} else {
+				w->cwnd += a->acked;
+			}
+		}
+		/* A timeout took the window to one segment: the rate found so far stays. */
+		if (a->timeout && m->f.bw)
+			w->cwnd = max(w->cwnd, segs_in(a, m->f.bw, base_us(m)));
+		if (too_long)
+			react(m, w, a);
+		break;
+	case SAT_CRUISE:
+	case SAT_PROBE:
+		if (too_long && !m->r.reacted)
+			react(m, w, a);
+		break;
+	case SAT_DRAIN:
+		drain_reading(m, w, a);
+		/* Half a window of segments sent in the drain is back: the queue they met is
+		 * what is left. */
+		if (m->drain.acked >= w->cwnd / 2)
+			end_drain(m, w, a);
+		break;
+	case SAT_COMPETE:
+		compete(m, w, a, too_long);
+		break;
+	}
+	return 0;
+}
+
+/* Step 4: the window towards the model's target (up by a quarter of what is acknowledged,
+ * down at once) within the host's bounds. */
+SAT_STEP set_window(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	SAT_ARGS(m && w && a);
+	if (m->phase != SAT_START && m->phase != SAT_COMPETE) {
+		u32 t = target(m, w, a);
+
+		if (t > w->cwnd) {
+			u32 c = w->cnt + a->acked;
+
+			w->cwnd = min(w->cwnd + c / 4, t);
+			w->cnt = c & 3;
+		} else {
+			w->cwnd = t;
+		}
+	}
+	w->cwnd = max(min(w->cwnd, w->clamp), MIN_CWND);
+	return 0;
+}
+
+/* A new connection at `a->now_us` with `a->delivered` delivered; the window starts at 32
+ * segments (or the host's, if larger). */
+SAT_FN void sat_model_init(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	__builtin_memset(m, 0, sizeof(*m));
+	min2_reset(&m->f.base, now_ms(a));
+	min2_reset(&m->f.recent, now_ms(a));
+	m->drain.ended_ms = now_ms(a);
+	m->drain.min_rtt = SAT_NONE;
+	m->r.next = a->delivered;
+	w->cwnd = max(w->cwnd, INITIAL_CWND);
+	m->r.cwnd = w->cwnd;
+}
+
+/* Warm start: the path's rate and base RTT as an earlier connection measured them. The new
+ * one cruises at that rate from its first round trip, paced, with the window at the
+ * model's; if the path changed, the first queue drains as any other. */
+SAT_FN void sat_model_resume(struct sat_model *m, struct sat_window *w, const struct sat_ack *a,
+			     const struct sat_path *p)
+{
+	if (!p->bw || !p->base_us)
+		return;
+	m->f.base.cur = p->base_us;
+	set_bw(m, p->bw);
+	m->f.bw_peak = p->bw;
+	m->phase = SAT_CRUISE;
+	m->grow.resumed = 1;
+	w->cwnd = max(min(target(m, w, a), w->clamp), w->cwnd);
+	m->r.cwnd = w->cwnd;
+}
+
+/* One ACK: the model, then the phase, then the window (tcp_bbr.c's bbr_main). */
+SAT_FN void sat_model_on_ack(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	update_rtt(m, a);
+	update_round(m, w, a);
+	update_phase(m, w, a);
+	set_window(m, w, a);
+}
+
+/* A retransmission timeout: what was in flight says nothing about the queue now. */
+SAT_FN void sat_model_on_timeout(struct sat_model *m)
+{
+	m->f.recent.cur = SAT_NONE;
+	m->f.recent.prev = SAT_NONE;
+	m->f.recent.n = 0;
+}
+
+/* The pacing rate the model asks for, bytes/s (0: the host's own). */
+SAT_FN u64 sat_model_pacing_rate(const struct sat_model *m, const struct sat_window *w,
+				 const struct sat_ack *a)
+{
+	u64 rate;
+	u32 rtt = a->srtt_us ? a->srtt_us : base_us(m);
+
+	/* No RTT yet (a warm start's first packets): the window would leave as a burst. */
+	if (!rtt)
+		return 0;
+	rate = (u64)w->cwnd * a->mss * USEC_PER_SEC / rtt;
+	if (m->phase == SAT_START)
+		return rate * 2;
+	/* A drain, and a warm start's first round (nothing acknowledged yet holds the queue to
+	 * the window's slack: at 1.25 x the rate it would fill a fifth of the window). */
+	if ((m->phase == SAT_DRAIN || m->grow.resumed) && m->f.bw)
+		return m->f.bw;
+	return rate * 5 / 4;
+}
+
+/* What a new connection on the same path may start from (warm start): the model's rate and
+ * base RTT, once measured outside the start and the competitive mode. */
+SAT_FN bool sat_model_path(const struct sat_model *m, struct sat_path *p)
+{
+	if (m->phase == SAT_START || m->phase == SAT_COMPETE || !m->f.bw || !base_us(m))
+		return false;
+	p->bw = m->f.bw;
+	p->base_us = base_us(m);
+	return true;
+}
+
+#endif

@@ -1,0 +1,139 @@
+//! The model on simulated links, through the kernel's semantics (`sim::KernelHost`): what
+//! `satpep_sat` does in the kernel, without one.
+
+use super::*;
+use sim::{goodput, queue_p95, run, KernelHost, Link};
+
+const MSS: u64 = 1448;
+
+/// The link's payload rate, bytes/s (each frame carries 66 bytes of headers).
+fn limit(rate_bps: f64) -> f64 {
+    rate_bps / 8.0 * MSS as f64 / (MSS + 66) as f64
+}
+
+fn link(rate_bps: f64, rtt: f64, buffer_s: f64, loss: f64) -> impl Fn(f64) -> Link {
+    move |_| Link {
+        rate_bps,
+        rtt,
+        buffer: rate_bps / 8.0 * buffer_s,
+        loss,
+    }
+}
+
+fn report(
+    name: &str,
+    h: &KernelHost,
+    p: &[sim::Packet],
+    rate: f64,
+    from: f64,
+    to: f64,
+) -> (f64, f64) {
+    let g = goodput(p, MSS, from, to) / limit(rate);
+    let q = queue_p95(p, from, to) * 1e3;
+    println!(
+        "{name}: {:.1} % of the limit, queue p95 {q:.1} ms ({from}-{to} s); phase {:?}, model {:.1} Mbit/s, base {:?} us, noise {:?}, shallow {:?}",
+        g * 100.0,
+        h.model.phase(),
+        h.model.bw() as f64 * 8e-6,
+        h.model.base_rtt_us(),
+        h.model.channel_loss(),
+        h.model.shallow_buffer_us(),
+    );
+    (g, q)
+}
+
+#[test]
+fn the_c_layout_fits_the_rust_copy() {
+    // SAFETY: a constant.
+    let size = unsafe { satm_sizeof() } as usize;
+    assert!(
+        size <= STATE_WORDS * 4,
+        "STATE_WORDS must be {} at least",
+        size.div_ceil(4)
+    );
+}
+
+#[test]
+fn geo_with_random_loss_fills_the_link_with_a_short_queue() {
+    let mut h = KernelHost::new(MSS as u32);
+    let p = run(&mut h, &link(50e6, 0.6, 2.0, 0.01), MSS, 30.0);
+    let (g, q) = report("GEO 50 Mbit/s, 1 % loss", &h, &p, 50e6, 10.0, 29.0);
+    assert!(g >= 0.9, "goodput {g:.3} of the limit");
+    assert!(q <= 80.0, "queue p95 {q:.1} ms");
+    assert_eq!(
+        h.model.shallow_buffer_us(),
+        None,
+        "random loss is no shallow buffer"
+    );
+    let noise = h.model.channel_loss().expect("drains measured the noise");
+    assert!((0.005..0.02).contains(&noise), "noise {noise}");
+}
+
+#[test]
+fn a_rate_drop_drains_the_queue() {
+    let mut h = KernelHost::new(MSS as u32);
+    let l = |t: f64| Link {
+        rate_bps: if t < 10.0 { 20e6 } else { 8e6 },
+        rtt: 0.2,
+        buffer: 1e6,
+        loss: 0.0,
+    };
+    let p = run(&mut h, &l, MSS, 20.0);
+    let (g, q) = report("20 then 8 Mbit/s", &h, &p, 8e6, 13.0, 19.0);
+    assert!(g >= 0.85, "goodput {g:.3} of the lower rate");
+    assert!(q <= 60.0, "queue p95 {q:.1} ms after the drop");
+}
+
+#[test]
+fn a_rate_rise_is_found_without_a_deep_queue() {
+    let mut h = KernelHost::new(MSS as u32);
+    let l = |t: f64| Link {
+        rate_bps: if t < 10.0 { 12e6 } else { 38e6 },
+        rtt: 0.56,
+        buffer: 38e6 / 8.0 * 2.0,
+        loss: 0.0,
+    };
+    let p = run(&mut h, &l, MSS, 30.0);
+    let (g, q) = report("12 then 38 Mbit/s", &h, &p, 38e6, 18.0, 29.0);
+    assert!(g >= 0.85, "goodput {g:.3} of the higher rate");
+    assert!(q <= 120.0, "queue p95 {q:.1} ms after the rise");
+}
+
+#[test]
+fn a_shallow_buffer_is_found_and_not_overflowed() {
+    let mut h = KernelHost::new(MSS as u32);
+    let p = run(&mut h, &link(100e6, 0.1, 0.005, 0.0), MSS, 20.0);
+    let (g, _) = report("100 Mbit/s, 5 ms buffer", &h, &p, 100e6, 8.0, 19.0);
+    let lost = p
+        .iter()
+        .filter(|x| x.sent >= 8.0 && x.sent < 19.0 && x.acked.is_none())
+        .count();
+    let sent = p.iter().filter(|x| x.sent >= 8.0 && x.sent < 19.0).count();
+    println!("lost {lost} of {sent}");
+    assert!(
+        h.model.shallow_buffer_us().is_some(),
+        "the buffer was not found"
+    );
+    assert!(g >= 0.85, "goodput {g:.3} of the limit");
+    assert!((lost as f64) < 0.01 * sent as f64, "lost {lost} of {sent}");
+}
+
+#[test]
+fn a_warm_start_runs_at_the_path_rate_from_the_first_round_trip() {
+    let l = link(50e6, 0.6, 2.0, 0.0);
+    let mut cold = KernelHost::new(MSS as u32);
+    let pc = run(&mut cold, &l, MSS, 20.0);
+    let path = cold.model.path().expect("a path reading after 20 s");
+    let mut warm = KernelHost::new(MSS as u32);
+    let a = warm.ack_now(0);
+    warm.model.resume(&a, &path);
+    let pw = run(&mut warm, &l, MSS, 5.0);
+    let (gc, _) = report("cold, first 3 s", &cold, &pc, 50e6, 0.0, 3.0);
+    let (gw, qw) = report("warm, first 3 s", &warm, &pw, 50e6, 0.0, 3.0);
+    assert!(
+        gw >= 0.85,
+        "warm start: {gw:.3} of the limit in its first 3 s"
+    );
+    assert!(gw > gc + 0.2, "warm {gw:.3} against cold {gc:.3}");
+    assert!(qw <= 60.0, "warm start queue p95 {qw:.1} ms");
+}
