@@ -21,6 +21,8 @@ pub struct Link {
     pub buffer: f64,
     /// Probability that a frame is lost on the link.
     pub loss: f64,
+    /// Mean length of a burst of losses, frames (Gilbert-Elliott; 1: independent losses).
+    pub burst: f64,
 }
 
 /// One packet's fate, for the tests' measurements.
@@ -76,6 +78,8 @@ pub fn run(host: &mut dyn Host, link: &dyn Fn(f64) -> Link, mss: u64, secs: f64)
         (rng >> 11) as f64 / (1u64 << 53) as f64
     };
     let us = |t: f64| (t * 1e6).round() as u64;
+    // Gilbert-Elliott: every frame in the bad state is lost.
+    let mut bad = false;
     while now < secs {
         let can_send = in_flight_bytes + mss <= host.window();
         let t_send = if can_send {
@@ -132,7 +136,18 @@ pub fn run(host: &mut dyn Host, link: &dyn Fn(f64) -> Link, mss: u64, secs: f64)
                 });
             } else {
                 link_free = start + service;
-                let lost = uniform() < l.loss;
+                let lost = if l.burst <= 1.0 {
+                    uniform() < l.loss
+                } else {
+                    let leave = 1.0 / l.burst;
+                    let enter = l.loss * leave / (1.0 - l.loss).max(1e-9);
+                    bad = if bad {
+                        uniform() >= leave
+                    } else {
+                        uniform() < enter
+                    };
+                    bad
+                };
                 flight.push_back(InFlight {
                     sent_us: us(now),
                     arrive: link_free + l.rtt,

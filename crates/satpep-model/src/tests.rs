@@ -17,6 +17,7 @@ fn link(rate_bps: f64, rtt: f64, buffer_s: f64, loss: f64) -> impl Fn(f64) -> Li
         rtt,
         buffer: rate_bps / 8.0 * buffer_s,
         loss,
+        burst: 1.0,
     }
 }
 
@@ -77,6 +78,7 @@ fn a_rate_drop_drains_the_queue() {
         rtt: 0.2,
         buffer: 1e6,
         loss: 0.0,
+        burst: 1.0,
     };
     let p = run(&mut h, &l, MSS, 20.0);
     let (g, q) = report("20 then 8 Mbit/s", &h, &p, 8e6, 13.0, 19.0);
@@ -92,6 +94,7 @@ fn a_rate_rise_is_found_without_a_deep_queue() {
         rtt: 0.56,
         buffer: 38e6 / 8.0 * 2.0,
         loss: 0.0,
+        burst: 1.0,
     };
     let p = run(&mut h, &l, MSS, 30.0);
     let (g, q) = report("12 then 38 Mbit/s", &h, &p, 38e6, 18.0, 29.0);
@@ -136,4 +139,41 @@ fn a_warm_start_runs_at_the_path_rate_from_the_first_round_trip() {
     );
     assert!(gw > gc + 0.2, "warm {gw:.3} against cold {gc:.3}");
     assert!(qw <= 60.0, "warm start queue p95 {qw:.1} ms");
+}
+
+#[test]
+fn bursts_of_loss_are_noise_not_a_shallow_buffer() {
+    let mut h = KernelHost::new(MSS as u32);
+    let l = |_| Link {
+        rate_bps: 50e6,
+        rtt: 0.6,
+        buffer: 50e6 / 8.0,
+        loss: 0.01,
+        burst: 10.0,
+    };
+    let p = run(&mut h, &l, MSS, 30.0);
+    let (g, q) = report(
+        "GEO 50 Mbit/s, 1 % loss in bursts of 10",
+        &h,
+        &p,
+        50e6,
+        10.0,
+        29.0,
+    );
+    assert!(g >= 0.85, "goodput {g:.3} of the limit");
+    assert!(q <= 80.0, "queue p95 {q:.1} ms");
+    assert_eq!(
+        h.model.shallow_buffer_us(),
+        None,
+        "bursts of loss are no shallow buffer"
+    );
+}
+
+#[test]
+fn a_fast_beam_fills_quickly() {
+    let mut h = KernelHost::new(MSS as u32);
+    let p = run(&mut h, &link(500e6, 0.6, 0.5, 1e-4), MSS, 20.0);
+    let (g, q) = report("GEO 500 Mbit/s, 1e-4 loss", &h, &p, 500e6, 10.0, 19.0);
+    assert!(g >= 0.9, "goodput {g:.3} of the limit");
+    assert!(q <= 80.0, "queue p95 {q:.1} ms");
 }

@@ -622,3 +622,49 @@ fn satellite_grows_into_a_step_up_without_a_deep_queue() {
         dump(&s)
     );
 }
+
+#[test]
+fn satellite_remembers_the_path_and_a_new_connection_starts_at_its_rate() {
+    let _cc = load("satpep_sat", 25);
+    // 20 Mbit/s, RTT 200 ms (BDP 330 segments), a 1 MB buffer.
+    let lab = lab(
+        "ccsatw",
+        "[both]\nrate='20Mbit'\ndelay='100ms'\nqueue='1MB'\n",
+    );
+    let bdp = 20e6 * 0.2 / (1514.0 * 8.0);
+    let cold = bulk(&lab, "satpep_sat", 6.0);
+    // The first connection measured the path; the next one to the same destination starts
+    // from it (satpep_sat's per-destination memory), the first from 32 segments.
+    let warm = bulk(&lab, "satpep_sat", 3.0);
+    let first_round = |s: &[Sample]| {
+        s.iter()
+            .filter(|x| x.t < 0.15)
+            .map(|x| x.cwnd)
+            .max()
+            .unwrap_or(0) as f64
+    };
+    let (c, w) = (first_round(&cold), first_round(&warm));
+    let peak_queue = warm
+        .iter()
+        .filter(|x| x.t < 2.0 && x.min_rtt_ms > 0.0)
+        .map(|x| x.rtt_ms - x.min_rtt_ms)
+        .fold(0.0, f64::max);
+    println!(
+        "first round's window: cold {c:.0}, warm {w:.0} segments (BDP {bdp:.0}); warm start's highest queueing delay in its first 2 s {peak_queue:.0} ms"
+    );
+    assert!(
+        c < 0.3 * bdp,
+        "a cold start's first window {c:.0}\n{}",
+        dump(&cold)
+    );
+    assert!(
+        w >= 0.8 * bdp,
+        "a warm start's first window {w:.0}\n{}",
+        dump(&warm)
+    );
+    assert!(
+        peak_queue <= 100.0,
+        "warm start's queueing delay peaked at {peak_queue:.0} ms\n{}",
+        dump(&warm)
+    );
+}

@@ -285,7 +285,25 @@ impl Host {
             a.prior_delivered = a.delivered;
         }
         self.batch_acked = 0;
+        let phase = self.model.phase();
         self.model.on_ack(&a);
+        self.log_phase(phase);
+    }
+
+    /// Phase changes at trace level (`RUST_LOG=satpep_tunnel=trace`).
+    fn log_phase(&self, before: Phase) {
+        let m = &self.model;
+        if m.phase() != before {
+            tracing::trace!(
+                from = before.name(),
+                to = m.phase().name(),
+                rate_mbit = m.bw() as f64 * 8e-6,
+                base_rtt_ms = m.base_rtt_us().unwrap_or(0) as f64 / 1e3,
+                queue_ms = m.queue_us() as f64 / 1e3,
+                window = self.window(),
+                "satellite controller: phase"
+            );
+        }
     }
 
     /// Packets (the newest sent at `sent`) of `lost_bytes` in all were declared lost at `now`;
@@ -305,6 +323,7 @@ impl Host {
         }
         let (window, phase) = (self.model.cwnd(), self.model.phase());
         self.model.on_ack(&a);
+        self.log_phase(phase);
         if self.model.cwnd() < window || self.model.phase() != phase {
             self.losses.congestion += 1;
         } else {
@@ -477,6 +496,7 @@ mod tests {
                     rtt: 0.6,
                     buffer: 12.5e6,
                     loss: 0.01,
+                    burst: 1.0,
                 }),
             ),
             (
@@ -486,6 +506,7 @@ mod tests {
                     rtt: 0.2,
                     buffer: 1e6,
                     loss: 0.0,
+                    burst: 1.0,
                 }),
             ),
             (
@@ -495,6 +516,7 @@ mod tests {
                     rtt: 0.1,
                     buffer: 100e6 / 8.0 * 0.005,
                     loss: 0.0,
+                    burst: 1.0,
                 }),
             ),
         ];
