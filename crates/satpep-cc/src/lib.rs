@@ -239,6 +239,33 @@ fn ensure_bpffs() -> Result<(), String> {
     Ok(())
 }
 
+/// The BPF map in which `satpep_sat` remembers each destination's path (docs/model.md).
+pub const PATH_MAP: &str = "sat_paths";
+
+/// Forgets every path `satpep_sat` remembers, in every copy of it loaded on this host (a pin
+/// and any older copy sockets still hold): new connections start cold again. The lab calls
+/// it before each run, since its runs reuse the same addresses on different links, and an
+/// operator after a change of beam or terminal. Returns how many paths were forgotten.
+pub fn forget_paths() -> Result<usize, String> {
+    use libbpf_rs::MapCore;
+    let mut n = 0;
+    for info in libbpf_rs::query::MapInfoIter::default() {
+        if info.name.to_bytes() != PATH_MAP.as_bytes() {
+            continue;
+        }
+        let map = libbpf_rs::MapHandle::from_map_id(info.id)
+            .map_err(|e| format!("cannot open BPF map {PATH_MAP} (id {}): {e}", info.id))?;
+        // Keys first: deleting while walking them may skip some.
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        for k in keys {
+            if map.delete(&k).is_ok() {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
 /// Removes the pin of `name`; the kernel unregisters it once no socket uses it. Returns
 /// whether a pin existed.
 pub fn unpin(name: &str) -> Result<bool, String> {

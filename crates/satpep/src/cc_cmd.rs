@@ -51,6 +51,10 @@ enum CcSub {
         /// Names.
         names: Vec<String>,
     },
+    /// Forget the paths satpep_sat remembers (each destination's rate and base RTT, kept five
+    /// minutes so that new connections start at that rate): after a change of beam, terminal
+    /// or link, new connections start cold again.
+    Forget,
 }
 
 fn names_or_all(names: Vec<String>) -> Vec<String> {
@@ -190,6 +194,11 @@ pub fn main(cmd: CcCmd) -> Result<(), String> {
             if !any {
                 eprintln!("nothing pinned");
             }
+            Ok(())
+        }
+        CcSub::Forget => {
+            let n = satpep_cc::forget_paths()?;
+            eprintln!("forgot {n} path(s)");
             Ok(())
         }
     }

@@ -242,6 +242,12 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             for h in [Host::Client, Host::Server, Host::Terminal, Host::Gateway] {
                 tuner.apply(&lab, h, &spec.host(h))?;
             }
+            // satpep_sat remembers each destination's path for new connections (a warm
+            // start); the lab's runs reuse one set of addresses on different links, and
+            // repetitions must be independent: every run starts with no path known.
+            if let Err(e) = satpep_cc::forget_paths() {
+                eprintln!("warning: cannot clear satpep_sat's path memory: {e}");
+            }
             let what = format!("{} #{}", cell.describe(sc), rep + 1);
             let limit = tcp_limit_bps(spec)?;
             let capture = match spec.pcap {
