@@ -82,8 +82,9 @@ impl Hop {
             .clamp(8 << 20, 1 << 30) as usize
     }
 
-    /// quinn's transport configuration for this hop.
-    pub fn transport(&self, switch: &StopSwitch) -> quinn::TransportConfig {
+    /// quinn's transport configuration for this hop; `remember`: each connection's
+    /// controller starts from the path the last one measured (the terminal's side).
+    pub fn transport(&self, switch: &StopSwitch, remember: bool) -> quinn::TransportConfig {
         let mut t = quinn::TransportConfig::default();
         let var = |v: u64| quinn::VarInt::from_u64(v).unwrap_or(quinn::VarInt::MAX);
         t.stream_receive_window(var(self.stream_window()))
@@ -109,6 +110,7 @@ impl Hop {
                     rtt: self.rtt,
                 },
                 switch,
+                remember,
             ));
         t
     }
@@ -147,7 +149,7 @@ pub fn server_config(
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| format!("TLS configuration unusable for QUIC: {e}"))?;
     let mut s = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    s.transport_config(Arc::new(hop.transport(switch)));
+    s.transport_config(Arc::new(hop.transport(switch, false)));
     Ok(s)
 }
 
@@ -160,7 +162,7 @@ pub fn client_config(
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .map_err(|e| format!("TLS configuration unusable for QUIC: {e}"))?;
     let mut c = quinn::ClientConfig::new(Arc::new(crypto));
-    c.transport_config(Arc::new(hop.transport(switch)));
+    c.transport_config(Arc::new(hop.transport(switch, true)));
     Ok(c)
 }
 

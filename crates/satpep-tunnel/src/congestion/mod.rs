@@ -80,13 +80,17 @@ impl HopInfo {
 }
 
 /// The factory quinn builds one controller per connection from; `switch` opens the
-/// controllers' windows when the endpoint stops (see [`stop`]).
+/// controllers' windows when the endpoint stops (see [`stop`]). `remember`: a connection
+/// starts from the path the last one measured (a terminal's factory; see
+/// [`satellite::SatelliteConfig::remembering`]).
 pub fn factory(
     alg: Algorithm,
     hop: HopInfo,
     switch: &stop::StopSwitch,
+    remember: bool,
 ) -> Arc<dyn ControllerFactory + Send + Sync> {
     let inner: Arc<dyn ControllerFactory + Send + Sync> = match alg {
+        Algorithm::Satellite if remember => Arc::new(satellite::SatelliteConfig::remembering(hop)),
         Algorithm::Satellite => Arc::new(satellite::SatelliteConfig::new(hop)),
         Algorithm::Hybla => Arc::new(hybla::HyblaConfig::new(hop)),
         Algorithm::Cubic => Arc::new(CubicConfig::default()),

@@ -24,7 +24,7 @@ use quinn_proto::RttEstimator;
 use satpep_model::{Ack, Model, Path};
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use satpep_model::Phase;
@@ -38,24 +38,49 @@ const FRAME_OVERHEAD: u64 = 42;
 /// The window's ceiling, packets (quinn's pacing arithmetic needs a finite window).
 const CLAMP: u32 = 1 << 24;
 
+/// How long a remembered path stays valid for a new connection.
+const PATH_MAX_AGE: Duration = Duration::from_secs(300);
+
+/// The last path a connection measured, and when (see [`SatelliteConfig::remembering`]).
+pub type PathMemory = Arc<Mutex<Option<(Path, Instant)>>>;
+
 /// Builds a [`Satellite`] per connection.
 #[derive(Debug)]
 pub struct SatelliteConfig {
     hop: HopInfo,
+    memory: Option<PathMemory>,
 }
 
 impl SatelliteConfig {
     /// Controllers for a hop described by `hop`.
     pub fn new(hop: HopInfo) -> SatelliteConfig {
-        SatelliteConfig { hop }
+        SatelliteConfig { hop, memory: None }
+    }
+
+    /// Controllers that remember the path they measured for the next connection (a warm
+    /// start when the tunnel reconnects: after a gateway's restart, an outage longer than
+    /// the idle timeout). For a terminal, whose connections all cross one hop; a gateway's
+    /// factory serves every terminal, each on its own path, so it does not remember.
+    pub fn remembering(hop: HopInfo) -> SatelliteConfig {
+        SatelliteConfig {
+            hop,
+            memory: Some(Arc::default()),
+        }
     }
 }
 
 impl ControllerFactory for SatelliteConfig {
     fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
-        Box::new(Satellite {
-            host: Host::new(self.hop, current_mtu as u64, now),
-        })
+        let mut host = Host::new(self.hop, current_mtu as u64, now);
+        if let Some(mem) = &self.memory {
+            let last = *mem.lock().unwrap_or_else(|e| e.into_inner());
+            let fresh = last.filter(|(_, at)| now.saturating_duration_since(*at) < PATH_MAX_AGE);
+            if let Some((path, _)) = fresh {
+                host.resume(now, &path);
+            }
+        }
+        host.memory = self.memory.clone();
+        Box::new(Satellite { host })
     }
 }
 
@@ -144,6 +169,8 @@ pub struct Host {
     last_ack: Instant,
     last_probe: Option<Instant>,
     losses: LossCounts,
+    /// Where a drain's confirmed model goes for the next connection, if anywhere.
+    memory: Option<PathMemory>,
 }
 
 impl Host {
@@ -186,7 +213,14 @@ impl Host {
             last_ack: now,
             last_probe: None,
             losses: LossCounts::default(),
+            memory: None,
         }
+    }
+
+    /// Starts from `path`, measured by an earlier connection (warm start).
+    pub fn resume(&mut self, now: Instant, path: &Path) {
+        let a = self.ack(now);
+        self.model.resume(&a, path);
     }
 
     fn us(&self, t: Instant) -> u64 {
@@ -290,9 +324,15 @@ impl Host {
         self.log_phase(phase);
     }
 
-    /// Phase changes at trace level (`RUST_LOG=satpep_tunnel=trace`).
+    /// Phase changes at trace level (`RUST_LOG=satpep_tunnel=trace`); a drain that emptied
+    /// the queue confirmed the model, which the path memory takes.
     fn log_phase(&self, before: Phase) {
         let m = &self.model;
+        if before == Phase::Drain && m.phase() == Phase::Cruise {
+            if let (Some(mem), Some(p)) = (&self.memory, m.path()) {
+                *mem.lock().unwrap_or_else(|e| e.into_inner()) = Some((p, Instant::now()));
+            }
+        }
         if m.phase() != before {
             tracing::trace!(
                 from = before.name(),
@@ -572,6 +612,32 @@ mod tests {
         let w = h.window() as f64;
         assert!((bdp..bdp * 1.1).contains(&w), "window {w} against {bdp}");
         assert_eq!(h.model().phase(), Phase::Cruise);
+    }
+
+    #[test]
+    fn a_terminal_reconnecting_starts_from_the_path_it_measured_within_five_minutes() {
+        let now = Instant::now();
+        let f = Arc::new(SatelliteConfig::remembering(hop()));
+        let path = Path {
+            bw: 6_250_000,
+            base_us: 600_000,
+        };
+        *f.memory.as_ref().unwrap().lock().unwrap() = Some((path, now));
+        let bdp = 6_250_000.0 * 0.6;
+        let warm = f.clone().build(now + Duration::from_secs(10), 1200);
+        let w = warm.window() as f64;
+        assert!(
+            (bdp..bdp * 1.2).contains(&w),
+            "warm window {w} against {bdp}"
+        );
+        let stale = f.clone().build(now + Duration::from_secs(301), 1200);
+        assert_eq!(
+            stale.window(),
+            32 * 1200,
+            "a path older than five minutes is forgotten"
+        );
+        let gateway = Arc::new(SatelliteConfig::new(hop()));
+        assert_eq!(gateway.build(now, 1200).window(), 32 * 1200);
     }
 
     #[test]
