@@ -250,7 +250,9 @@ impl Host {
         if now.saturating_duration_since(self.last_ack) > self.silence() {
             self.last_probe = Some(now);
         }
-        self.in_flight += bytes;
+        // quinn reports every datagram, ACK-only ones too, and within a batch of datagrams
+        // (GSO) the batch's length so far: an estimate until the next ACK frame says.
+        self.in_flight += bytes.min(self.mtu);
         self.sent.push_back(Sent {
             at: now,
             delivered: self.delivered,
@@ -296,8 +298,10 @@ impl Host {
         }
     }
 
-    /// An ACK frame's acknowledgements are all in: the model takes them as one ACK.
-    pub fn on_end_acks(&mut self, now: Instant) {
+    /// An ACK frame's acknowledgements are all in (quinn counts `in_flight` bytes still
+    /// out): the model takes them as one ACK.
+    pub fn on_end_acks(&mut self, now: Instant, in_flight: u64) {
+        self.in_flight = in_flight;
         if self.batch_acked == 0 {
             return;
         }
@@ -423,11 +427,11 @@ impl Controller for Satellite {
     fn on_end_acks(
         &mut self,
         now: Instant,
-        _in_flight: u64,
+        in_flight: u64,
         _app_limited: bool,
         _largest_packet_num_acked: Option<u64>,
     ) {
-        self.host.on_end_acks(now);
+        self.host.on_end_acks(now, in_flight);
     }
 
     fn on_congestion_event(
@@ -499,7 +503,8 @@ mod tests {
                 (self.host.srtt * 7 + (t - s)) / 8
             };
             self.host.on_ack(t, s, bytes, false, srtt);
-            self.host.on_end_acks(t);
+            let in_flight = self.host.in_flight;
+            self.host.on_end_acks(t, in_flight);
         }
         fn on_lost(&mut self, now_us: u64, _sent_us: u64, bytes: u64) {
             let t = self.at(now_us);
