@@ -596,6 +596,18 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	u64 sample = min(crossed(m, noise), 0xffffffffULL);
 	/* A round that filled its window (lost segments count: an overflow filled it too). */
 	bool filled = !m->r.app_limited && total >= m->r.cwnd / 2;
+	/* A round that lost a quarter of its segments met a bottleneck that drops what exceeds
+	 * it (a buffer too shallow to show a queue, a policer), whatever the noise: no channel
+	 * loses that much for long, and a sender that took it for noise grew its window to six
+	 * times the path's (corpus, 369 Mbit/s with a 22 ms buffer beside a competitor: the
+	 * tunnel lost 46 % of its packets until the peer's reassembly gave up). */
+	bool drops = total >= 16 && m->r.lost > total / 4 && !m->r.reacted &&
+		     (m->phase == SAT_START || m->phase == SAT_CRUISE || m->phase == SAT_PROBE);
+	/* With a buffer known to be shallow, growth ends at the first round that loses beyond
+	 * the noise: no queue will ever show. */
+	bool grew_into_it = m->noise.buffer_us && m->phase == SAT_START && !m->r.reacted &&
+			    total >= 8 && m->r.lost > noise_bound(max(m->r.acked, 1U), noise);
+	u32 got = m->r.bw;
 	bool idle;
 
 	learn_buffer(m, a);
@@ -612,7 +624,9 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	m->f.bw_peak = max(m->f.bw_peak, m->f.bw);
 	/* A full window at the model's bandwidth-delay product met no queue at all: the model is
 	 * too slow (a fade ended, other traffic left, a drain cut too deep). */
-	idle = filled && (m->phase == SAT_CRUISE || m->phase == SAT_PROBE) &&
+	/* (Not with a shallow buffer, which shows no queue even when the window is too large:
+	 * there only probes that find room raise the model.) */
+	idle = filled && (m->phase == SAT_CRUISE || m->phase == SAT_PROBE) && !m->noise.buffer_us &&
 	       m->r.cwnd >= segs_in(a, m->f.bw, base) && m->r.read && !m->r.queued;
 	m->r.acked = 0;
 	m->r.lost = 0;
@@ -632,6 +646,16 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 		m->phase_rounds++;
 	m->grow.idle_rounds = idle ? min(m->grow.idle_rounds + 1, 255) : 0;
 
+	if (drops || grew_into_it) {
+		/* What the round delivered is what the bottleneck passes: the model, halved at
+		 * most; a drain then measures the channel's own noise. */
+		m->r.reacted = 1;
+		set_bw(m, m->f.bw ? min(m->f.bw, max(got, m->f.bw / 2)) : got);
+		if (m->f.bw) {
+			enter(m, w, a, SAT_DRAIN);
+			return 0;
+		}
+	}
 	switch (m->phase) {
 	case SAT_START:
 		if (!filled)
@@ -986,6 +1010,11 @@ SAT_FN u64 sat_model_pacing_rate(const struct sat_model *m, const struct sat_win
 	 * the window's slack: at 1.25 x the rate it would fill a fifth of the window). */
 	if ((m->phase == SAT_DRAIN || m->grow.resumed) && m->f.bw)
 		return m->f.bw;
+	/* A buffer too shallow to hold a pacing burst (a policer at the extreme): at 1.25 x
+	 * the rate a fifth of what leaves is dropped there; at the model's rate and a little
+	 * more, probes still find room. */
+	if (m->noise.buffer_us && m->f.bw)
+		return min(rate * 5 / 4, (u64)m->f.bw * 105 / 100);
 	return rate * 5 / 4;
 }
 

@@ -177,3 +177,26 @@ fn a_fast_beam_fills_quickly() {
     assert!(g >= 0.9, "goodput {g:.3} of the limit");
     assert!(q <= 80.0, "queue p95 {q:.1} ms");
 }
+
+#[test]
+fn a_bottleneck_that_drops_without_queueing_is_not_taken_for_noise() {
+    // A policer: 100 Mbit/s, no buffer to speak of (two frames).
+    let mut h = KernelHost::new(MSS as u32);
+    let l = |_| Link {
+        rate_bps: 100e6,
+        rtt: 0.17,
+        buffer: 3000.0,
+        loss: 0.0,
+        burst: 1.0,
+    };
+    let p = run(&mut h, &l, MSS, 15.0);
+    let (g, _) = report("100 Mbit/s policer", &h, &p, 100e6, 5.0, 14.0);
+    let lost = p
+        .iter()
+        .filter(|x| x.sent >= 5.0 && x.sent < 14.0 && x.acked.is_none())
+        .count();
+    let sent = p.iter().filter(|x| x.sent >= 5.0 && x.sent < 14.0).count();
+    println!("lost {lost} of {sent}");
+    assert!((lost as f64) < 0.05 * sent as f64, "lost {lost} of {sent}");
+    assert!(g >= 0.7, "goodput {g:.3} of the limit");
+}
