@@ -200,3 +200,25 @@ fn a_bottleneck_that_drops_without_queueing_is_not_taken_for_noise() {
     assert!((lost as f64) < 0.05 * sent as f64, "lost {lost} of {sent}");
     assert!(g >= 0.7, "goodput {g:.3} of the limit");
 }
+
+#[test]
+fn a_thin_link_losing_one_frame_in_nine_is_noise_not_a_shallow_buffer() {
+    // LEO's return link: 12 Mbit/s, RTT 41 ms (35 segments a round), BER 1e-5 (a frame
+    // in nine lost), a deep buffer.
+    let mut h = KernelHost::new(MSS as u32);
+    let p = run(&mut h, &link(12e6, 0.041, 0.25, 0.11), MSS, 20.0);
+    let (g, _) = report(
+        "12 Mbit/s, RTT 41 ms, 11 % loss",
+        &h,
+        &p,
+        12e6 * 0.89,
+        5.0,
+        19.0,
+    );
+    assert_eq!(
+        h.model.shallow_buffer_us(),
+        None,
+        "noise is no shallow buffer"
+    );
+    assert!(g >= 0.85, "goodput {g:.3} of the limit");
+}

@@ -35,6 +35,8 @@ const SILENCE: Duration = Duration::from_secs(1);
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes a packet takes on the wire beyond its QUIC payload (UDP, IP, Ethernet).
 const FRAME_OVERHEAD: u64 = 42;
+/// Records kept of packets passed by acknowledgements, until quinn declares them lost.
+const UNACKED_KEPT: usize = 1 << 16;
 /// The window's ceiling, packets (quinn's pacing arithmetic needs a finite window).
 const CLAMP: u32 = 1 << 24;
 
@@ -158,6 +160,8 @@ pub struct Host {
     first_tx: Instant,
     in_flight: u64,
     sent: VecDeque<Sent>,
+    /// Packets passed by the acknowledgements, not acknowledged: lost, mostly.
+    unacked: VecDeque<Sent>,
     /// This ACK frame's: bytes acknowledged, newest packet, whether application limited.
     batch_acked: u64,
     batch_newest: Option<Newest>,
@@ -204,6 +208,7 @@ impl Host {
             first_tx: now,
             in_flight: 0,
             sent: VecDeque::new(),
+            unacked: VecDeque::new(),
             batch_acked: 0,
             batch_newest: None,
             batch_app_limited: false,
@@ -281,9 +286,13 @@ impl Host {
         self.srtt = srtt;
         self.last_ack = now;
         // Packets sent before this one and not acknowledged were lost (quinn reports them
-        // on its own) or come out of order: their records go.
+        // on its own, later) or come out of order: their records wait for that.
         while self.sent.front().is_some_and(|s| s.at < sent) {
-            self.sent.pop_front();
+            let r = self.sent.pop_front().expect("just seen");
+            if self.unacked.len() >= UNACKED_KEPT {
+                self.unacked.pop_front();
+            }
+            self.unacked.push_back(r);
         }
         let Some(rec) = self.sent.front().copied().filter(|s| s.at == sent) else {
             return;
@@ -352,7 +361,7 @@ impl Host {
 
     /// Packets (the newest sent at `sent`) of `lost_bytes` in all were declared lost at `now`;
     /// `persistent`: so many that QUIC calls it persistent congestion (an outage, mostly).
-    pub fn on_loss(&mut self, now: Instant, persistent: bool, lost_bytes: u64) {
+    pub fn on_loss(&mut self, now: Instant, sent: Instant, persistent: bool, lost_bytes: u64) {
         self.in_flight = self.in_flight.saturating_sub(lost_bytes);
         let before = self.lost / self.unit;
         self.lost += lost_bytes;
@@ -360,7 +369,18 @@ impl Host {
             self.model.on_timeout();
         }
         let mut a = self.ack(now);
-        a.prior_delivered = a.delivered;
+        // As the kernel reports a loss with the ACK of a later packet: delivered as when
+        // the newest lost packet left (the model counts a drain's own losses by it).
+        let mut prior = self.delivered;
+        for q in [&mut self.unacked, &mut self.sent] {
+            while q.front().is_some_and(|s| s.at <= sent) {
+                let r = q.pop_front().expect("just seen");
+                if r.at == sent {
+                    prior = r.delivered;
+                }
+            }
+        }
+        a.prior_delivered = (prior / self.unit) as u32;
         a.losses = (self.lost / self.unit - before) as u32;
         if a.losses == 0 {
             return;
@@ -437,11 +457,12 @@ impl Controller for Satellite {
     fn on_congestion_event(
         &mut self,
         now: Instant,
-        _sent: Instant,
+        sent: Instant,
         is_persistent_congestion: bool,
         lost_bytes: u64,
     ) {
-        self.host.on_loss(now, is_persistent_congestion, lost_bytes);
+        self.host
+            .on_loss(now, sent, is_persistent_congestion, lost_bytes);
     }
 
     fn on_mtu_update(&mut self, new_mtu: u16) {
@@ -506,9 +527,9 @@ mod tests {
             let in_flight = self.host.in_flight;
             self.host.on_end_acks(t, in_flight);
         }
-        fn on_lost(&mut self, now_us: u64, _sent_us: u64, bytes: u64) {
-            let t = self.at(now_us);
-            self.host.on_loss(t, false, bytes);
+        fn on_lost(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
+            let (t, s) = (self.at(now_us), self.at(sent_us));
+            self.host.on_loss(t, s, false, bytes);
         }
         fn on_end_acks(&mut self, _now_us: u64) {}
         fn window(&self) -> u64 {
@@ -533,7 +554,7 @@ mod tests {
     fn the_tunnel_and_the_kernel_hosts_agree_on_simulated_links() {
         const MSS: u64 = 1400;
         type Trace = Box<dyn Fn(f64) -> Link>;
-        let links: [(&str, Trace); 3] = [
+        let links: [(&str, Trace); 4] = [
             (
                 "GEO 50 Mbit/s, 1 % loss",
                 Box::new(|_| Link {
@@ -564,6 +585,17 @@ mod tests {
                     burst: 1.0,
                 }),
             ),
+            (
+                // A LEO return link at BER 1e-5: quinn declares losses apart from its ACKs.
+                "12 Mbit/s, RTT 41 ms, 11 % loss",
+                Box::new(|_| Link {
+                    rate_bps: 12e6,
+                    rtt: 0.041,
+                    buffer: 12e6 / 8.0 * 0.25,
+                    loss: 0.11,
+                    burst: 1.0,
+                }),
+            ),
         ];
         for (name, link) in links {
             let mut k = KernelHost::new(MSS as u32);
@@ -583,12 +615,14 @@ mod tests {
                 sim::queue_p95(&pq, 3.0, 14.0),
             );
             println!(
-                "{name}: kernel host {:.2} Mbit/s, queue p95 {:.1} ms, {:?}; quinn host {:.2} Mbit/s, queue p95 {:.1} ms, {:?}",
+                "{name}: kernel host {:.2} Mbit/s, queue p95 {:.1} ms, noise {:?}, {:?}; quinn host {:.2} Mbit/s, queue p95 {:.1} ms, noise {:?}, {:?}",
                 gk * 8e-6,
                 qk * 1e3,
+                k.model.channel_loss(),
                 k.model.phase(),
                 gq * 8e-6,
                 qq * 1e3,
+                q.host.model().channel_loss(),
                 q.host.model().phase()
             );
             assert!(
@@ -598,6 +632,14 @@ mod tests {
             assert!(
                 (qq - qk).abs() < 0.01 + 0.2 * qk,
                 "{name}: queue p95 {qq:.4} s through quinn's host, {qk:.4} through the kernel's"
+            );
+            let (nk, nq) = (
+                k.model.channel_loss().unwrap_or(0.0),
+                q.host.model().channel_loss().unwrap_or(0.0),
+            );
+            assert!(
+                (nq - nk).abs() <= 0.002 + 0.2 * nk,
+                "{name}: the channel's noise {nq:.4} through quinn's host, {nk:.4} through the kernel's"
             );
         }
     }
@@ -677,7 +719,7 @@ mod tests {
         let mut h = Host::new(hop(), 1200, now);
         let w = h.window();
         h.on_sent(now, 1200);
-        h.on_loss(now + Duration::from_millis(700), false, 1200);
+        h.on_loss(now + Duration::from_millis(700), now, false, 1200);
         assert_eq!(h.window(), w);
         assert_eq!(
             h.losses,
