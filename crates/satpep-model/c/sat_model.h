@@ -593,9 +593,16 @@ SAT_STEP learn_buffer(struct sat_model *m, const struct sat_ack *a)
 	u32 total = m->r.acked + m->r.lost;
 	bool lossy = m->noise.drains &&
 		     m->r.lost > noise_bound(max(m->r.acked, 1U), m->noise.clean_ppm) && total >= 8;
-	bool short_queue = m->r.read && m->r.max_queue < slack_us(m, a) * 3 / 4;
+	/* In CRUISE the queue stands at about the slack: losses with less than three quarters
+	 * of it met a buffer shallower than the slack. A probe, or growth after the start,
+	 * pushes the queue above the slack on purpose: losses there with less than the budget
+	 * met a buffer between the two (a 22 ms buffer under a 30 ms budget lost 4 % of the
+	 * packets to probes and regrowth, simulated, without ever showing the budget's queue). */
+	bool pushing = m->phase == SAT_PROBE || (m->phase == SAT_START && m->grow.regrowth);
+	u32 ceiling = pushing ? budget_us(m, a) : slack_us(m, a) * 3 / 4;
+	bool short_queue = m->r.read && m->r.max_queue < ceiling;
 
-	if ((m->phase != SAT_CRUISE && m->phase != SAT_PROBE) || !lossy || !short_queue) {
+	if ((m->phase != SAT_CRUISE && !pushing) || !lossy || !short_queue) {
 		m->noise.shallow_rounds = 0;
 		return 0;
 	}
@@ -614,20 +621,6 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	u64 sample = min(crossed(m, noise), 0xffffffffULL);
 	/* A round that filled its window (lost segments count: an overflow filled it too). */
 	bool filled = !m->r.app_limited && total >= m->r.cwnd / 2;
-	/* A round that lost a quarter of its segments met a bottleneck that drops what exceeds
-	 * it (a buffer too shallow to show a queue, a policer), whatever the noise: no channel
-	 * loses that much for long, and a sender that took it for noise grew its window to six
-	 * times the path's (corpus, 369 Mbit/s with a 22 ms buffer beside a competitor: the
-	 * tunnel lost 46 % of its packets until the peer's reassembly gave up). */
-	bool drops = total >= 16 && m->r.lost > total / 4 &&
-		     (!m->noise.drains || m->r.lost > noise_bound(max(m->r.acked, 1U), noise)) &&
-		     !m->r.reacted &&
-		     (m->phase == SAT_START || m->phase == SAT_CRUISE || m->phase == SAT_PROBE);
-	/* With a buffer known to be shallow, growth ends at the first round that loses beyond
-	 * the noise: no queue will ever show. */
-	bool grew_into_it = m->noise.buffer_us && m->phase == SAT_START && !m->r.reacted &&
-			    total >= 8 && m->r.lost > noise_bound(max(m->r.acked, 1U), noise);
-	u32 got = m->r.bw;
 	bool idle;
 
 	learn_buffer(m, a);
@@ -666,16 +659,6 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 		m->phase_rounds++;
 	m->grow.idle_rounds = idle ? min(m->grow.idle_rounds + 1, 255) : 0;
 
-	if (drops || grew_into_it) {
-		/* What the round delivered is what the bottleneck passes: the model, halved at
-		 * most; a drain then measures the channel's own noise. */
-		m->r.reacted = 1;
-		set_bw(m, m->f.bw ? min(m->f.bw, max(got, m->f.bw / 2)) : got);
-		if (m->f.bw) {
-			enter(m, w, a, SAT_DRAIN);
-			return 0;
-		}
-	}
 	switch (m->phase) {
 	case SAT_START:
 		if (!filled)
@@ -890,6 +873,37 @@ SAT_STEP compete(struct sat_model *m, struct sat_window *w, const struct sat_ack
 	return 0;
 }
 
+/* The round so far lost a quarter of its segments (and more than the measured noise
+ * explains): a bottleneck that drops what exceeds it (a buffer too shallow to show a queue,
+ * a policer), whatever the noise, since no channel loses that much for long. With a buffer
+ * known to be shallow, any round lost beyond the noise ends growth. Read on every ACK, not
+ * at the round's end: by then a tunnel beside a competitor, at 369 Mbit/s with a 22 ms
+ * buffer, had lost 46 % of its packets, taking them all for noise, until its peer's
+ * reassembly gave up (quinn keeps at most 1 024 gaps in a stream). */
+SAT_FN bool dropping(const struct sat_model *m)
+{
+	u32 total = m->r.acked + m->r.lost;
+	u32 noise = min(m->noise.clean_ppm, NOISE_MAX_PPM);
+	bool beyond = m->r.lost > noise_bound(max(m->r.acked, 1U), noise);
+
+	if (m->r.reacted ||
+	    !(m->phase == SAT_START || m->phase == SAT_CRUISE || m->phase == SAT_PROBE))
+		return false;
+	if (total >= 16 && m->r.lost > total / 4 && (!m->noise.drains || beyond))
+		return true;
+	return m->noise.buffer_us && m->noise.drains && m->phase == SAT_START && total >= 8 &&
+	       beyond;
+}
+
+/* HyStart++'s delay threshold for leaving the start (RFC 9406: an eighth of the base RTT,
+ * here between 10 and 16 ms), below the budget: a buffer that holds less than the budget
+ * never shows the budget's queue, and the start's last round at twice the link's rate
+ * overflowed it by half (a 22 ms buffer on a 171 ms path). */
+SAT_FN u32 start_exit_us(const struct sat_model *m, const struct sat_ack *a)
+{
+	return min(budget_us(m, a), max(RECENT_MIN_US, min(base_us(m) / 8, 16000U)));
+}
+
 /* Step 3: the phase's reaction to this ACK. */
 SAT_STEP update_phase(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
@@ -898,8 +912,23 @@ SAT_STEP update_phase(struct sat_model *m, struct sat_window *w, const struct sa
 	 * slower. Growing again after rounds with no queue at all, any queue is this sender's
 	 * own: the slack ends it (the window grows 1.5 x a round and the queue shows an RTT
 	 * late, so each ms waited stands in the queue many times over). */
-	u32 allowed = m->phase == SAT_START && m->grow.regrowth ? slack_us(m, a) : budget_us(m, a);
+	u32 allowed = m->phase != SAT_START ? budget_us(m, a) :
+		      m->grow.regrowth	     ? slack_us(m, a) :
+						start_exit_us(m, a);
 	bool too_long;
+
+	if (dropping(m)) {
+		/* What the round delivered is what the bottleneck passes: the model, halved at
+		 * most; a drain then measures the channel's own noise. */
+		u32 got = m->r.bw;
+
+		m->r.reacted = 1;
+		set_bw(m, m->f.bw ? min(m->f.bw, max(got, m->f.bw / 2)) : got);
+		if (m->f.bw) {
+			enter(m, w, a, SAT_DRAIN);
+			return 0;
+		}
+	}
 
 	if (m->phase == SAT_PROBE)
 		allowed += segs_time(m, a, m->grow.probe_extra);
