@@ -884,15 +884,18 @@ SAT_FN bool dropping(const struct sat_model *m)
 {
 	u32 total = m->r.acked + m->r.lost;
 	u32 noise = min(m->noise.clean_ppm, NOISE_MAX_PPM);
-	bool beyond = m->r.lost > noise_bound(max(m->r.acked, 1U), noise);
+	bool quarter = total >= 16 && m->r.lost > total / 4;
+	bool shallow_start = m->noise.buffer_us && m->phase == SAT_START && total >= 8;
 
 	if (m->r.reacted ||
 	    !(m->phase == SAT_START || m->phase == SAT_CRUISE || m->phase == SAT_PROBE))
 		return false;
-	if (total >= 16 && m->r.lost > total / 4 && (!m->noise.drains || beyond))
+	if (quarter && !m->noise.drains)
 		return true;
-	return m->noise.buffer_us && m->noise.drains && m->phase == SAT_START && total >= 8 &&
-	       beyond;
+	/* The noise bound (a square root) only when a rule may need it: this runs per ACK. */
+	if (!m->noise.drains || !(quarter || shallow_start))
+		return false;
+	return m->r.lost > noise_bound(max(m->r.acked, 1U), noise);
 }
 
 /* HyStart++'s delay threshold for leaving the start (RFC 9406: an eighth of the base RTT,

@@ -25,6 +25,19 @@ pub struct Link {
     pub burst: f64,
 }
 
+impl Link {
+    /// A link that stays as it is: `buffer_s` seconds of the rate, independent losses.
+    pub fn steady(rate_bps: f64, rtt: f64, buffer_s: f64, loss: f64) -> Link {
+        Link {
+            rate_bps,
+            rtt,
+            buffer: rate_bps / 8.0 * buffer_s,
+            loss,
+            burst: 1.0,
+        }
+    }
+}
+
 /// One packet's fate, for the tests' measurements.
 #[derive(Debug, Clone, Copy)]
 pub struct Packet {
@@ -182,7 +195,6 @@ pub struct KernelHost {
     /// Per packet in flight: (sent, delivered at send, delivered time at send, first tx at send).
     sent: VecDeque<(u64, u32, u64, u64)>,
     losses: u32,
-    pending: Option<Ack>,
 }
 
 impl KernelHost {
@@ -203,7 +215,6 @@ impl KernelHost {
             in_flight: 0,
             sent: VecDeque::new(),
             losses: 0,
-            pending: None,
         }
     }
 
@@ -255,7 +266,7 @@ impl Host for KernelHost {
         } else {
             (self.delivered.wrapping_sub(prior) as i32, interval)
         };
-        self.pending = Some(Ack {
+        let a = Ack {
             now_us,
             mss: self.mss,
             srtt_us: self.srtt_us,
@@ -268,8 +279,7 @@ impl Host for KernelHost {
             losses: std::mem::take(&mut self.losses),
             app_limited: 0,
             timeout: 0,
-        });
-        let a = self.pending.take().unwrap();
+        };
         self.model.on_ack(&a);
     }
 

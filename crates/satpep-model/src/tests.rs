@@ -12,13 +12,7 @@ fn limit(rate_bps: f64) -> f64 {
 }
 
 fn link(rate_bps: f64, rtt: f64, buffer_s: f64, loss: f64) -> impl Fn(f64) -> Link {
-    move |_| Link {
-        rate_bps,
-        rtt,
-        buffer: rate_bps / 8.0 * buffer_s,
-        loss,
-        burst: 1.0,
-    }
+    move |_| Link::steady(rate_bps, rtt, buffer_s, loss)
 }
 
 fn report(

@@ -557,13 +557,7 @@ mod tests {
         let links: [(&str, Trace); 4] = [
             (
                 "GEO 50 Mbit/s, 1 % loss",
-                Box::new(|_| Link {
-                    rate_bps: 50e6,
-                    rtt: 0.6,
-                    buffer: 12.5e6,
-                    loss: 0.01,
-                    burst: 1.0,
-                }),
+                Box::new(|_| Link::steady(50e6, 0.6, 2.0, 0.01)),
             ),
             (
                 "20 then 8 Mbit/s",
@@ -577,24 +571,12 @@ mod tests {
             ),
             (
                 "100 Mbit/s, 5 ms buffer",
-                Box::new(|_| Link {
-                    rate_bps: 100e6,
-                    rtt: 0.1,
-                    buffer: 100e6 / 8.0 * 0.005,
-                    loss: 0.0,
-                    burst: 1.0,
-                }),
+                Box::new(|_| Link::steady(100e6, 0.1, 0.005, 0.0)),
             ),
             (
                 // A LEO return link at BER 1e-5: quinn declares losses apart from its ACKs.
                 "12 Mbit/s, RTT 41 ms, 11 % loss",
-                Box::new(|_| Link {
-                    rate_bps: 12e6,
-                    rtt: 0.041,
-                    buffer: 12e6 / 8.0 * 0.25,
-                    loss: 0.11,
-                    burst: 1.0,
-                }),
+                Box::new(|_| Link::steady(12e6, 0.041, 0.25, 0.11)),
             ),
         ];
         for (name, link) in links {
