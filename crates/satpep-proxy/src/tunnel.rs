@@ -14,9 +14,12 @@ use crate::registry::Registry;
 use crate::relay::End;
 use crate::sockets::{reset_on_close, upstream};
 use quinn::{RecvStream, SendStream, VarInt};
+use satpep_tunnel::congestion::satellite::PathMemory;
 use satpep_tunnel::congestion::stop::StopSwitch;
+use satpep_tunnel::congestion::Shared;
 use satpep_tunnel::header::{Answer, FlowHeader, HeaderError, MAX_LEN};
 use satpep_tunnel::keys::Credentials;
+use satpep_tunnel::pacing::PacedSocket;
 use satpep_tunnel::reorder::InOrder;
 use satpep_tunnel::transport;
 use socket2::SockRef;
@@ -47,15 +50,49 @@ const HANDSHAKE_WAIT: Duration = Duration::from_secs(15);
 /// After a failed attempt to reach the gateway, flows fail at once for this long.
 pub const RETRY_AFTER: Duration = Duration::from_secs(2);
 
-/// The QUIC endpoint of this end, and the switch that lets its close out when it stops.
+/// The QUIC endpoint of this end, the switch that lets its close out when it stops, and
+/// what each new connection's configuration is made of.
 pub struct Endpoint {
     /// The endpoint.
     pub endpoint: quinn::Endpoint,
     /// Flipped right before closing (see `satpep_tunnel::congestion::stop`).
     pub switch: StopSwitch,
+    /// The endpoint's socket, pacing each connection at its controller's rate.
+    paced: Arc<PacedSocket>,
+    hop: transport::Hop,
+    client: Option<quinn::ClientConfig>,
+    server: Option<quinn::ServerConfig>,
 }
 
 impl Endpoint {
+    /// The transport of a new connection with `peer`: its controller paces the datagrams
+    /// to `peer` and, given a `memory`, starts from the path the last connection measured.
+    fn transport(
+        &self,
+        peer: SocketAddr,
+        memory: Option<PathMemory>,
+    ) -> Arc<quinn::TransportConfig> {
+        let shared = Shared {
+            memory,
+            pace: Some(self.paced.pace(peer)),
+        };
+        Arc::new(self.hop.transport(&self.switch, shared))
+    }
+
+    /// The gateway's configuration for a connection from `peer`.
+    fn server_for(&self, peer: SocketAddr) -> Arc<quinn::ServerConfig> {
+        let mut s = self.server.clone().expect("a gateway's endpoint serves");
+        s.transport_config(self.transport(peer, None));
+        Arc::new(s)
+    }
+
+    /// The terminal's configuration for its connection to `peer`.
+    fn client_for(&self, peer: SocketAddr, memory: &PathMemory) -> quinn::ClientConfig {
+        let mut c = self.client.clone().expect("a terminal's endpoint connects");
+        c.transport_config(self.transport(peer, Some(memory.clone())));
+        c
+    }
+
     /// Closes every connection with `reason` and waits (at most 1 s) until the close left,
     /// also when the congestion window is full.
     pub async fn close(&self, reason: &[u8]) {
@@ -89,9 +126,17 @@ pub fn endpoint(t: &TunnelConfig) -> Result<Endpoint, String> {
             )?),
         ),
     };
-    let endpoint = transport::endpoint(sock, server, client, creds.reset_secret())
-        .map_err(|e| format!("tunnel: {e}"))?;
-    Ok(Endpoint { endpoint, switch })
+    let (endpoint, paced) =
+        transport::endpoint(sock, server.clone(), client.clone(), creds.reset_secret())
+            .map_err(|e| format!("tunnel: {e}"))?;
+    Ok(Endpoint {
+        endpoint,
+        switch,
+        paced,
+        hop: t.hop,
+        client,
+        server,
+    })
 }
 
 /// The terminal's end: one connection to the gateway, made on first use and again whenever
@@ -102,6 +147,9 @@ pub struct Terminal {
     peer_name: String,
     conn: tokio::sync::Mutex<Option<quinn::Connection>>,
     reorder_limit: usize,
+    /// The path the last connection measured: a new one (after an outage longer than the
+    /// idle timeout, a gateway's restart) starts from it.
+    memory: PathMemory,
     /// The last failed attempt to reach the gateway, and why: flows arriving soon after it
     /// fail at once instead of queueing behind one handshake timeout each.
     failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
@@ -154,6 +202,7 @@ impl Terminal {
             peer_name: t.peer_name.clone(),
             conn: tokio::sync::Mutex::new(None),
             reorder_limit: t.hop.reorder_limit(),
+            memory: PathMemory::default(),
             failed: std::sync::Mutex::new(None),
             reg,
         }))
@@ -184,10 +233,11 @@ impl Terminal {
             return Err(e);
         }
         let attempt = async {
+            let cfg = self.ep.client_for(self.peer, &self.memory);
             let connecting = self
                 .ep
                 .endpoint
-                .connect(self.peer, &self.peer_name)
+                .connect_with(cfg, self.peer, &self.peer_name)
                 .map_err(|e| format!("cannot connect to the gateway {}: {e}", self.peer))?;
             match tokio::time::timeout(HANDSHAKE_WAIT, connecting).await {
                 Ok(r) => r.map_err(|e| {
@@ -461,9 +511,11 @@ pub async fn run_gateway(
             inc = ep.endpoint.accept() => {
                 let Some(inc) = inc else { break };
                 let (leg, reg, refusals) = (leg.clone(), reg.clone(), refusals.clone());
+                let config = ep.server_for(inc.remote_address());
                 tokio::spawn(async move {
                     let from = inc.remote_address();
-                    let conn = match inc.await {
+                    let accepted = inc.accept_with(config);
+                    let conn = match async { accepted?.await }.await {
                         Ok(c) => c,
                         Err(e) => {
                             reg.counters.tunnel_handshake_failures.fetch_add(1, Relaxed);

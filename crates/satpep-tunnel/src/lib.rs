@@ -7,5 +7,6 @@
 pub mod congestion;
 pub mod header;
 pub mod keys;
+pub mod pacing;
 pub mod reorder;
 pub mod transport;

@@ -4,7 +4,8 @@
 //! the configured rate × RTT, and the idle timeout from how long an outage flows survive.
 
 use crate::congestion::stop::StopSwitch;
-use crate::congestion::{factory, Algorithm, HopInfo};
+use crate::congestion::{factory, Algorithm, HopInfo, Shared};
+use crate::pacing::PacedSocket;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,9 +83,9 @@ impl Hop {
             .clamp(8 << 20, 1 << 30) as usize
     }
 
-    /// quinn's transport configuration for this hop; `remember`: each connection's
-    /// controller starts from the path the last one measured (the terminal's side).
-    pub fn transport(&self, switch: &StopSwitch, remember: bool) -> quinn::TransportConfig {
+    /// quinn's transport configuration for one connection across this hop; its controller
+    /// shares `shared` with the endpoint (a pace, a path memory).
+    pub fn transport(&self, switch: &StopSwitch, shared: Shared) -> quinn::TransportConfig {
         let mut t = quinn::TransportConfig::default();
         let var = |v: u64| quinn::VarInt::from_u64(v).unwrap_or(quinn::VarInt::MAX);
         t.stream_receive_window(var(self.stream_window()))
@@ -110,7 +111,7 @@ impl Hop {
                     rtt: self.rtt,
                 },
                 switch,
-                remember,
+                shared,
             ));
         t
     }
@@ -118,13 +119,14 @@ impl Hop {
 
 /// A QUIC endpoint on `socket`: a server (gateway) when `server` is given, and able to
 /// connect out (terminal) with `client`. `reset_secret` keys stateless resets (see
-/// [`crate::keys::Credentials::reset_secret`]).
+/// [`crate::keys::Credentials::reset_secret`]). The socket paces the peers it is asked to
+/// ([`PacedSocket::pace`]), returned beside the endpoint.
 pub fn endpoint(
     socket: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
     client: Option<quinn::ClientConfig>,
     reset_secret: [u8; 32],
-) -> std::io::Result<quinn::Endpoint> {
+) -> std::io::Result<(quinn::Endpoint, Arc<PacedSocket>)> {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &reset_secret);
     let mut cfg = quinn::EndpointConfig::new(Arc::new(key));
     // Connection IDs carry a keyed check, and an endpoint drops (without a reset) packets
@@ -133,14 +135,17 @@ pub fn endpoint(
     cfg.cid_generator(move || {
         Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
     });
-    let mut e = quinn::Endpoint::new(cfg, server, socket, Arc::new(quinn::TokioRuntime))?;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let paced = PacedSocket::new(quinn::Runtime::wrap_udp_socket(&*runtime, socket)?);
+    let mut e = quinn::Endpoint::new_with_abstract_socket(cfg, server, paced.clone(), runtime)?;
     if let Some(c) = client {
         e.set_default_client_config(c);
     }
-    Ok(e)
+    Ok((e, paced))
 }
 
-/// The gateway's QUIC server configuration: `tls` and the hop's transport.
+/// The gateway's QUIC server configuration: `tls` and the hop's transport, its controllers
+/// sharing nothing (a connection accepted with [`Hop::transport`]'s own gets its pace).
 pub fn server_config(
     tls: rustls::ServerConfig,
     hop: &Hop,
@@ -149,11 +154,12 @@ pub fn server_config(
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| format!("TLS configuration unusable for QUIC: {e}"))?;
     let mut s = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    s.transport_config(Arc::new(hop.transport(switch, false)));
+    s.transport_config(Arc::new(hop.transport(switch, Shared::default())));
     Ok(s)
 }
 
-/// The terminal's QUIC client configuration.
+/// The terminal's QUIC client configuration, its controllers sharing nothing (see
+/// [`server_config`]).
 pub fn client_config(
     tls: rustls::ClientConfig,
     hop: &Hop,
@@ -162,7 +168,7 @@ pub fn client_config(
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .map_err(|e| format!("TLS configuration unusable for QUIC: {e}"))?;
     let mut c = quinn::ClientConfig::new(Arc::new(crypto));
-    c.transport_config(Arc::new(hop.transport(switch, true)));
+    c.transport_config(Arc::new(hop.transport(switch, Shared::default())));
     Ok(c)
 }
 

@@ -79,19 +79,28 @@ impl HopInfo {
     }
 }
 
-/// The factory quinn builds one controller per connection from; `switch` opens the
-/// controllers' windows when the endpoint stops (see [`stop`]). `remember`: a connection
-/// starts from the path the last one measured (a terminal's factory; see
-/// [`satellite::SatelliteConfig::remembering`]).
+/// What one connection's controller shares with the endpoint around it (used by the
+/// satellite controller; the others ignore it).
+#[derive(Debug, Clone, Default)]
+pub struct Shared {
+    /// Where the connection leaves the path it measured, and the next one starts from (a
+    /// terminal's connections all cross one hop; see [`satellite::PathMemory`]).
+    pub memory: Option<satellite::PathMemory>,
+    /// The rate the connection's datagrams leave at, set by the controller and applied by
+    /// the endpoint's [`crate::pacing::PacedSocket`].
+    pub pace: Option<Arc<crate::pacing::Pace>>,
+}
+
+/// The factory quinn builds a connection's controller from; `switch` opens the controllers'
+/// windows when the endpoint stops (see [`stop`]).
 pub fn factory(
     alg: Algorithm,
     hop: HopInfo,
     switch: &stop::StopSwitch,
-    remember: bool,
+    shared: Shared,
 ) -> Arc<dyn ControllerFactory + Send + Sync> {
     let inner: Arc<dyn ControllerFactory + Send + Sync> = match alg {
-        Algorithm::Satellite if remember => Arc::new(satellite::SatelliteConfig::remembering(hop)),
-        Algorithm::Satellite => Arc::new(satellite::SatelliteConfig::new(hop)),
+        Algorithm::Satellite => Arc::new(satellite::SatelliteConfig::new(hop, shared)),
         Algorithm::Hybla => Arc::new(hybla::HyblaConfig::new(hop)),
         Algorithm::Cubic => Arc::new(CubicConfig::default()),
         Algorithm::Bbr => Arc::new(BbrConfig::default()),

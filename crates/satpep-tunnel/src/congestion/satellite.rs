@@ -5,8 +5,9 @@
 //! This host makes those from quinn's callbacks the way the kernel's `tcp_rate.c` does (each
 //! packet remembers how much had been delivered when it left; its acknowledgement yields a
 //! delivery rate over the longer of its send and ACK spans), with one segment standing for
-//! the MTU quinn started with, and turns the model's window back into bytes. quinn paces at
-//! 1.25 × window ÷ RTT itself, as the model asks outside its start and drains.
+//! the MTU quinn started with, and turns the model's window back into bytes and its pacing
+//! rate into the connection's [`Pace`], which the endpoint's socket applies datagram by
+//! datagram (quinn's own pacer sends bursts of ten: see [`crate::pacing`]).
 //!
 //! What only a QUIC host needs stays here:
 //! - **Outages**: while nothing is acknowledged for over a second, one small probe per
@@ -18,7 +19,8 @@
 //! - **Across idle periods** the connection, and so the model, lives on: a new flow through
 //!   a tunnel that carried traffic starts at the path's rate.
 
-use super::HopInfo;
+use super::{HopInfo, Shared};
+use crate::pacing::Pace;
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 use quinn_proto::RttEstimator;
 use satpep_model::{Ack, Model, Path};
@@ -43,45 +45,39 @@ const CLAMP: u32 = 1 << 24;
 /// How long a remembered path stays valid for a new connection.
 const PATH_MAX_AGE: Duration = Duration::from_secs(300);
 
-/// The last path a connection measured, and when (see [`SatelliteConfig::remembering`]).
+/// The last path a connection measured, and when (see [`SatelliteConfig::new`]).
 pub type PathMemory = Arc<Mutex<Option<(Path, Instant)>>>;
 
 /// Builds a [`Satellite`] per connection.
 #[derive(Debug)]
 pub struct SatelliteConfig {
     hop: HopInfo,
-    memory: Option<PathMemory>,
+    shared: Shared,
 }
 
 impl SatelliteConfig {
-    /// Controllers for a hop described by `hop`.
-    pub fn new(hop: HopInfo) -> SatelliteConfig {
-        SatelliteConfig { hop, memory: None }
-    }
-
-    /// Controllers that remember the path they measured for the next connection (a warm
-    /// start when the tunnel reconnects: after a gateway's restart, an outage longer than
-    /// the idle timeout). For a terminal, whose connections all cross one hop; a gateway's
-    /// factory serves every terminal, each on its own path, so it does not remember.
-    pub fn remembering(hop: HopInfo) -> SatelliteConfig {
-        SatelliteConfig {
-            hop,
-            memory: Some(Arc::default()),
-        }
+    /// Controllers for a hop described by `hop`, sharing `shared` with the endpoint: with
+    /// a memory, each starts from the path the last one measured there (a warm start when
+    /// the tunnel reconnects: after a gateway's restart, an outage longer than the idle
+    /// timeout); with a pace, each sets the rate its datagrams leave at.
+    pub fn new(hop: HopInfo, shared: Shared) -> SatelliteConfig {
+        SatelliteConfig { hop, shared }
     }
 }
 
 impl ControllerFactory for SatelliteConfig {
     fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
         let mut host = Host::new(self.hop, current_mtu as u64, now);
-        if let Some(mem) = &self.memory {
+        if let Some(mem) = &self.shared.memory {
             let last = *mem.lock().unwrap_or_else(|e| e.into_inner());
             let fresh = last.filter(|(_, at)| now.saturating_duration_since(*at) < PATH_MAX_AGE);
             if let Some((path, _)) = fresh {
                 host.resume(now, &path);
             }
         }
-        host.memory = self.memory.clone();
+        host.memory = self.shared.memory.clone();
+        host.pace = self.shared.pace.clone();
+        host.set_pace(now);
         Box::new(Satellite { host })
     }
 }
@@ -175,6 +171,8 @@ pub struct Host {
     losses: LossCounts,
     /// Where a drain's confirmed model goes for the next connection, if anywhere.
     memory: Option<PathMemory>,
+    /// Where the model's pacing rate goes, if anywhere (the endpoint's socket applies it).
+    pace: Option<Arc<Pace>>,
 }
 
 impl Host {
@@ -219,6 +217,7 @@ impl Host {
             last_probe: None,
             losses: LossCounts::default(),
             memory: None,
+            pace: None,
         }
     }
 
@@ -335,6 +334,14 @@ impl Host {
         let phase = self.model.phase();
         self.model.on_ack(&a);
         self.log_phase(phase);
+        self.set_pace(now);
+    }
+
+    /// Hands the model's pacing rate to the socket, if it paces this connection.
+    fn set_pace(&self, now: Instant) {
+        if let Some(p) = &self.pace {
+            p.set(self.pacing_rate(now));
+        }
     }
 
     /// Phase changes at trace level (`RUST_LOG=satpep_tunnel=trace`); a drain that emptied
@@ -388,6 +395,7 @@ impl Host {
         let (window, phase) = (self.model.cwnd(), self.model.phase());
         self.model.on_ack(&a);
         self.log_phase(phase);
+        self.set_pace(now);
         if self.model.cwnd() < window || self.model.phase() != phase {
             self.losses.congestion += 1;
         } else {
@@ -646,12 +654,17 @@ mod tests {
     #[test]
     fn a_terminal_reconnecting_starts_from_the_path_it_measured_within_five_minutes() {
         let now = Instant::now();
-        let f = Arc::new(SatelliteConfig::remembering(hop()));
+        let memory = PathMemory::default();
+        let shared = Shared {
+            memory: Some(memory.clone()),
+            pace: None,
+        };
+        let f = Arc::new(SatelliteConfig::new(hop(), shared));
         let path = Path {
             bw: 6_250_000,
             base_us: 600_000,
         };
-        *f.memory.as_ref().unwrap().lock().unwrap() = Some((path, now));
+        *memory.lock().unwrap() = Some((path, now));
         let bdp = 6_250_000.0 * 0.6;
         let warm = f.clone().build(now + Duration::from_secs(10), 1200);
         let w = warm.window() as f64;
@@ -665,7 +678,7 @@ mod tests {
             32 * 1200,
             "a path older than five minutes is forgotten"
         );
-        let gateway = Arc::new(SatelliteConfig::new(hop()));
+        let gateway = Arc::new(SatelliteConfig::new(hop(), Shared::default()));
         assert_eq!(gateway.build(now, 1200).window(), 32 * 1200);
     }
 

@@ -1,0 +1,367 @@
+//! Pacing at the rate the satellite model asks for, under quinn.
+//!
+//! quinn paces each connection itself, at 1.25 × window ÷ RTT, but in bursts of at least ten
+//! datagrams: it waits until ten are due, then sends them back to back. Across a thin link
+//! with a shallow buffer (a 1 Mbit/s return link holding five frames) every such burst
+//! overflows the buffer, and the model reads the losses as congestion. The kernel host paces
+//! packet by packet at the model's rate (`sk_pacing_rate`); this module gives the quinn host
+//! the same: [`PacedSocket`] wraps the endpoint's UDP socket and holds each peer's datagrams
+//! to the rate its connection's controller sets in a [`Pace`], with bursts of about
+//! [`BURST`] at that rate (two datagrams at least) and GSO batches no larger than a burst.
+//! quinn's own pacer still applies; a datagram leaves when both allow it.
+//!
+//! A held datagram is one quinn has built: `try_send` answers `WouldBlock` and the
+//! connection's poller sleeps until the peer's bucket has room again (the deadline passes
+//! from `try_send` to the poller of the same task through a thread-local, as quinn calls
+//! one right after the other on one thread).
+
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// A peer's bucket holds this long at its rate (the kernel sends about a millisecond per
+/// TSO burst; userspace timers wake a millisecond late, so twice that is kept).
+pub const BURST: Duration = Duration::from_millis(2);
+/// A bucket holds at least this much, so two full datagrams can always leave together.
+const MIN_BURST: u64 = 2 * 1500;
+/// Datagram size assumed when sizing GSO batches.
+const SEGMENT: u64 = 1200;
+
+thread_local! {
+    /// When the datagram `try_send` just held back may leave (see the module's comment).
+    static HELD_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The rate one connection's datagrams leave at, set by its controller: bytes per second of
+/// UDP payload, 0 for none (quinn's own pacing only).
+#[derive(Debug, Default)]
+pub struct Pace {
+    rate: AtomicU64,
+}
+
+impl Pace {
+    /// A pace with no rate yet.
+    pub fn new() -> Arc<Pace> {
+        Arc::default()
+    }
+
+    /// Datagrams to this connection's peer leave at `bytes_per_s` from now (0: unpaced).
+    pub fn set(&self, bytes_per_s: u64) {
+        self.rate.store(bytes_per_s, Relaxed);
+    }
+
+    /// The rate set, bytes per second (0: unpaced).
+    pub fn rate(&self) -> u64 {
+        self.rate.load(Relaxed)
+    }
+}
+
+/// A peer's key: its address with an IPv4-mapped IPv6 address as plain IPv4 (quinn sends to
+/// `::ffff:a.b.c.d` from a dual-stack socket, where the proxy names `a.b.c.d`).
+fn key(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+fn burst(rate: u64) -> u64 {
+    ((rate as u128 * BURST.as_nanos() / 1_000_000_000) as u64).max(MIN_BURST)
+}
+
+/// One paced peer: its connection's pace and its token bucket (bytes; negative after a
+/// batch larger than what was in it).
+#[derive(Debug)]
+struct Peer {
+    pace: Weak<Pace>,
+    tokens: i64,
+    at: Instant,
+}
+
+impl Peer {
+    /// Refills the bucket to `now`; the peer's rate, if it is paced.
+    fn refill(&mut self, now: Instant) -> Option<u64> {
+        let rate = self.pace.upgrade().map_or(0, |p| p.rate());
+        let dt = now.saturating_duration_since(self.at).as_nanos();
+        self.at = now;
+        if rate == 0 {
+            self.tokens = self.tokens.max(0);
+            return None;
+        }
+        let add = (rate as u128 * dt / 1_000_000_000).min(i64::MAX as u128) as i64;
+        self.tokens = self.tokens.saturating_add(add).min(burst(rate) as i64);
+        Some(rate)
+    }
+}
+
+/// The endpoint's UDP socket, pacing the peers given a [`Pace`] (see the module's comment).
+pub struct PacedSocket {
+    inner: Arc<dyn AsyncUdpSocket>,
+    peers: Mutex<HashMap<SocketAddr, Peer>>,
+}
+
+impl fmt::Debug for PacedSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacedSocket")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PacedSocket {
+    /// Wraps `inner`; no peer is paced until [`PacedSocket::pace`] names it.
+    pub fn new(inner: Arc<dyn AsyncUdpSocket>) -> Arc<PacedSocket> {
+        Arc::new(PacedSocket {
+            inner,
+            peers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Datagrams to `peer` leave at the rate the returned pace is set to, for as long as it
+    /// is held (a connection's controller holds it); a later call for the same peer (a new
+    /// connection) replaces it.
+    pub fn pace(&self, peer: SocketAddr) -> Arc<Pace> {
+        let pace = Pace::new();
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        // Peers whose connections are gone go too.
+        peers.retain(|_, p| p.pace.strong_count() > 0);
+        peers.insert(
+            key(peer),
+            Peer {
+                pace: Arc::downgrade(&pace),
+                tokens: 0,
+                at: Instant::now(),
+            },
+        );
+        pace
+    }
+
+    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Peer>> {
+        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl AsyncUdpSocket for PacedSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(PacedPoller {
+            inner: self.inner.clone().create_io_poller(),
+            wait: None,
+        })
+    }
+
+    fn try_send(&self, t: &Transmit) -> io::Result<()> {
+        let len = t.contents.len() as i64;
+        let now = Instant::now();
+        let to = key(t.destination);
+        let debited = match self.peers().get_mut(&to) {
+            Some(p) => match p.refill(now) {
+                Some(rate) if p.tokens < 0 => {
+                    let wait = (-p.tokens) as u128 * 1_000_000_000 / rate as u128;
+                    let until = now + Duration::from_nanos(wait.min(u64::MAX as u128) as u64);
+                    HELD_UNTIL.set(Some(until));
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Some(_) => {
+                    p.tokens -= len;
+                    true
+                }
+                None => false,
+            },
+            None => false,
+        };
+        let r = self.inner.try_send(t);
+        if r.is_err() && debited {
+            if let Some(p) = self.peers().get_mut(&to) {
+                p.tokens += len;
+            }
+        }
+        r
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// A GSO batch is at most one burst of the fastest paced peer (at most what the socket
+    /// takes; all of it while a peer is unpaced).
+    fn max_transmit_segments(&self) -> usize {
+        let most = self.inner.max_transmit_segments();
+        let peers = self.peers();
+        let mut segments = None::<usize>;
+        for p in peers.values() {
+            let rate = p.pace.upgrade().map_or(0, |p| p.rate());
+            if rate == 0 {
+                return most;
+            }
+            let n = (burst(rate) / SEGMENT).max(1) as usize;
+            segments = Some(segments.map_or(n, |s| s.max(n)));
+        }
+        segments.map_or(most, |s| s.min(most))
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}
+
+/// A connection's poller: sleeps while its peer's datagram is held, then asks the socket.
+struct PacedPoller {
+    inner: Pin<Box<dyn UdpPoller>>,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl fmt::Debug for PacedPoller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacedPoller")
+            .field("waiting", &self.wait.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl UdpPoller for PacedPoller {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(until) = HELD_UNTIL.take() {
+            let until = tokio::time::Instant::from_std(until);
+            this.wait = Some(Box::pin(tokio::time::sleep_until(until)));
+        }
+        if let Some(w) = &mut this.wait {
+            if w.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.wait = None;
+        }
+        this.inner.as_mut().poll_writable(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn socket() -> (Arc<PacedSocket>, std::net::UdpSocket) {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let inner = quinn::TokioRuntime.wrap_udp_socket(tx).unwrap();
+        (PacedSocket::new(inner), rx)
+    }
+
+    use quinn::Runtime;
+
+    /// Sends `n` datagrams of `size` to `to` through quinn's order of calls (poll_writable,
+    /// try_send, poll_writable again after WouldBlock); the time it took.
+    async fn send(s: &Arc<PacedSocket>, to: SocketAddr, n: usize, size: usize) -> Duration {
+        let mut poller = s.clone().create_io_poller();
+        let buf = vec![7u8; size];
+        let t0 = Instant::now();
+        for _ in 0..n {
+            loop {
+                std::future::poll_fn(|cx| poller.as_mut().poll_writable(cx))
+                    .await
+                    .unwrap();
+                let t = Transmit {
+                    destination: to,
+                    ecn: None,
+                    contents: &buf,
+                    segment_size: None,
+                    src_ip: None,
+                };
+                match s.try_send(&t) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        t0.elapsed()
+    }
+
+    #[tokio::test]
+    async fn a_paced_peer_gets_its_rate_and_others_are_not_held() {
+        let (s, rx) = socket();
+        let to = rx.local_addr().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        // What arrived so far (read between the sends: the receiver's buffer is small).
+        let drain = || {
+            let mut b = [0u8; 2000];
+            std::iter::from_fn(|| rx.recv(&mut b).ok()).count()
+        };
+        // Unpaced: 60 datagrams at once (what the receiver's buffer holds).
+        let fast = send(&s, to, 60, 1200).await;
+        assert!(fast < Duration::from_millis(50), "unpaced took {fast:?}");
+        let mut got = drain();
+        // Paced at 300 kB/s: 60 kB take about 200 ms (the first burst leaves at once).
+        let pace = s.pace(to);
+        pace.set(300_000);
+        let paced = send(&s, to, 100, 600).await;
+        got += drain();
+        assert!(
+            paced >= Duration::from_millis(180) && paced < Duration::from_millis(400),
+            "60 kB at 300 kB/s took {paced:?}"
+        );
+        // Small bursts: GSO batches of a burst (2 ms at 300 kB/s is under two datagrams).
+        assert_eq!(
+            s.max_transmit_segments(),
+            2.min(s.inner.max_transmit_segments())
+        );
+        // The connection gone (its pace dropped), the peer is not held any more.
+        drop(pace);
+        let after = send(&s, to, 60, 1200).await;
+        assert!(
+            after < Duration::from_millis(50),
+            "after the pace went: {after:?}"
+        );
+        got += drain();
+        assert_eq!(got, 220, "datagrams arrived");
+    }
+
+    #[tokio::test]
+    async fn a_peer_named_in_ipv4_is_paced_when_sent_to_as_mapped_ipv6() {
+        let rx = std::net::UdpSocket::bind("[::]:0").unwrap();
+        let tx = std::net::UdpSocket::bind("[::]:0").unwrap();
+        let s = PacedSocket::new(quinn::TokioRuntime.wrap_udp_socket(tx).unwrap());
+        let port = rx.local_addr().unwrap().port();
+        let pace = s.pace(SocketAddr::from(([127, 0, 0, 1], port)));
+        pace.set(100_000);
+        let mapped: SocketAddr = format!("[::ffff:127.0.0.1]:{port}").parse().unwrap();
+        // 20 kB at 100 kB/s: about 200 ms.
+        let t = send(&s, mapped, 20, 1000).await;
+        assert!(
+            t >= Duration::from_millis(150),
+            "mapped address not paced: {t:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rate_of_zero_does_not_pace() {
+        let (s, rx) = socket();
+        let to = rx.local_addr().unwrap();
+        let _pace = s.pace(to);
+        let t = send(&s, to, 100, 1200).await;
+        assert!(
+            t < Duration::from_millis(50),
+            "unset pace held datagrams: {t:?}"
+        );
+        assert_eq!(s.max_transmit_segments(), s.inner.max_transmit_segments());
+    }
+}
