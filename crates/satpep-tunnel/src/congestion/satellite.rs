@@ -39,8 +39,15 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 const FRAME_OVERHEAD: u64 = 42;
 /// Records kept of packets passed by acknowledgements, until quinn declares them lost.
 const UNACKED_KEPT: usize = 1 << 16;
+/// The gap guard never holds the window below this many packets.
+const INITIAL_PACKETS: u64 = 32;
 /// The window's ceiling, packets (quinn's pacing arithmetic needs a finite window).
 const CLAMP: u32 = 1 << 24;
+
+/// Packets a round may lose, at most, at the loss rate last measured (see [`GapGuard`]).
+const MAX_LOST_PER_ROUND: f64 = 768.0;
+/// A round's loss rate counts once it sent this many packets.
+const GUARD_MIN_SENT: u64 = 200;
 
 /// How long a remembered path stays valid for a new connection.
 const PATH_MAX_AGE: Duration = Duration::from_secs(300);
@@ -134,6 +141,51 @@ struct Sent {
     first_tx: Instant,
 }
 
+/// Keeps the packets a round loses under quinn's limit of 1024 gaps in a stream's receive
+/// buffer, past which the peer closes the whole connection (every flow with it). The gaps
+/// pile up only while the peer's application does not read (a slow server leg, a CPU-bound
+/// peer), but they are this side's losses: the window is held to [`MAX_LOST_PER_ROUND`] ÷
+/// the loss rate of the last round (about an RTT), which only binds when a round loses
+/// several hundred packets (11 % of packets lost at 7 000 packets a round). The model
+/// itself need not know: split's kernel has no such limit.
+#[derive(Debug, Clone)]
+struct GapGuard {
+    since: Instant,
+    sent: u64,
+    lost: u64,
+    /// Loss rate of the last round that sent enough packets; 0 until one did.
+    rate: f64,
+}
+
+impl GapGuard {
+    fn new(now: Instant) -> GapGuard {
+        GapGuard {
+            since: now,
+            sent: 0,
+            lost: 0,
+            rate: 0.0,
+        }
+    }
+
+    /// Closes the round at `now` once it is `round` old.
+    fn roll(&mut self, now: Instant, round: Duration) {
+        if now.saturating_duration_since(self.since) < round {
+            return;
+        }
+        if self.sent >= GUARD_MIN_SENT {
+            self.rate = (self.lost as f64 / self.sent as f64).min(1.0);
+        } else if self.sent > 0 && self.lost == 0 {
+            self.rate = 0.0;
+        }
+        (self.since, self.sent, self.lost) = (now, 0, 0);
+    }
+
+    /// The most packets the window may hold.
+    fn cap(&self) -> Option<u64> {
+        (self.rate > 0.0).then(|| (MAX_LOST_PER_ROUND / self.rate) as u64)
+    }
+}
+
 /// The newest packet an ACK frame acknowledged, for its rate sample.
 #[derive(Debug, Clone, Copy)]
 struct Newest {
@@ -173,6 +225,7 @@ pub struct Host {
     memory: Option<PathMemory>,
     /// Where the model's pacing rate goes, if anywhere (the endpoint's socket applies it).
     pace: Option<Arc<Pace>>,
+    guard: GapGuard,
 }
 
 impl Host {
@@ -218,6 +271,7 @@ impl Host {
             losses: LossCounts::default(),
             memory: None,
             pace: None,
+            guard: GapGuard::new(now),
         }
     }
 
@@ -257,6 +311,7 @@ impl Host {
         // quinn reports every datagram, ACK-only ones too, and within a batch of datagrams
         // (GSO) the batch's length so far: an estimate until the next ACK frame says.
         self.in_flight += bytes.min(self.mtu);
+        self.guard.sent += 1;
         self.sent.push_back(Sent {
             at: now,
             delivered: self.delivered,
@@ -310,6 +365,8 @@ impl Host {
     /// out): the model takes them as one ACK.
     pub fn on_end_acks(&mut self, now: Instant, in_flight: u64) {
         self.in_flight = in_flight;
+        self.guard
+            .roll(now, self.srtt.max(Duration::from_millis(10)));
         if self.batch_acked == 0 {
             return;
         }
@@ -372,6 +429,7 @@ impl Host {
         self.in_flight = self.in_flight.saturating_sub(lost_bytes);
         let before = self.lost / self.unit;
         self.lost += lost_bytes;
+        self.guard.lost += lost_bytes.div_ceil(self.mtu);
         if persistent {
             self.model.on_timeout();
         }
@@ -407,9 +465,13 @@ impl Host {
         SILENCE.max(self.srtt * 2)
     }
 
-    /// The window in bytes.
+    /// The window in bytes: the model's, within the [`GapGuard`]'s bound.
     pub fn window(&self) -> u64 {
-        self.model.cwnd() as u64 * self.unit
+        let w = self.model.cwnd() as u64 * self.unit;
+        match self.guard.cap() {
+            Some(packets) => w.min(packets.max(INITIAL_PACKETS) * self.mtu),
+            None => w,
+        }
     }
 
     /// The window at `now`; while the hop is silent, room for one probe per interval.
@@ -680,6 +742,67 @@ mod tests {
         );
         let gateway = Arc::new(SatelliteConfig::new(hop(), Shared::default()));
         assert_eq!(gateway.build(now, 1200).window(), 32 * 1200);
+    }
+
+    #[test]
+    fn a_round_losing_hundreds_of_packets_holds_the_window_under_quinns_gap_limit() {
+        let t0 = Instant::now();
+        let mut h = Host::new(
+            HopInfo {
+                rate: Some(100_000_000),
+                rtt: Duration::from_millis(100),
+            },
+            1200,
+            t0,
+        );
+        let unguarded = h.window();
+        assert!(
+            unguarded > 8000 * 1200,
+            "told 800 Mbit/s × 100 ms: {unguarded}"
+        );
+        // Rounds of 8000 packets losing 13 % (1040 each), acknowledged an RTT later.
+        let rtt = Duration::from_millis(100);
+        let mut t = t0;
+        for _ in 0..5 {
+            let sent_at: Vec<Instant> = (0..8000)
+                .map(|i| t + rtt * i / 8000)
+                .inspect(|&at| h.on_sent(at, 1200))
+                .collect();
+            t += rtt;
+            for (i, at) in sent_at.iter().enumerate() {
+                if i % 100 < 13 {
+                    if i % 100 == 12 {
+                        h.on_loss(t, *at, false, 13 * 1200);
+                    }
+                } else {
+                    h.on_ack(t, *at, 1200, false, rtt);
+                }
+                if i % 10 == 9 {
+                    h.on_end_acks(t, h.in_flight);
+                }
+            }
+        }
+        let cap = (MAX_LOST_PER_ROUND / 0.13) as u64 * 1200;
+        let model = h.model.cwnd() as u64 * 1200;
+        assert!(
+            model > cap,
+            "the model's own window {model} is under the bound {cap}"
+        );
+        assert!(
+            h.window() <= cap + 1200,
+            "at 13 % loss the window {} may hold {} lost packets a round",
+            h.window(),
+            h.window() as f64 / 1200.0 * 0.13
+        );
+        // A clean round lifts the bound.
+        for i in 0..400u32 {
+            let at = t + rtt * i / 400;
+            h.on_sent(at, 1200);
+            h.on_ack(at + rtt, at, 1200, false, rtt);
+            h.on_end_acks(at + rtt, h.in_flight);
+        }
+        h.guard.roll(t + rtt * 3, rtt);
+        assert_eq!(h.guard.cap(), None, "no loss, no bound");
     }
 
     #[test]
