@@ -56,10 +56,10 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
     // label that changes starts new series on every dashboard.
     let figures: Vec<(String, TunnelFigures)> = tunnels
         .iter()
-        .map(|c| {
+        .map(|(c, r)| {
             (
                 c.remote_address().ip().to_canonical().to_string(),
-                TunnelFigures::of(c),
+                TunnelFigures::of(c, r),
             )
         })
         .collect();
@@ -117,6 +117,12 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         "Congestion window of this side's sending direction",
         r,
         &|f| Some(f.cwnd as f64),
+    );
+    gauge(
+        "tunnel_pacing_rate_bytes_per_second",
+        "Rate this side's sending direction is paced at, as its controller says",
+        r,
+        &|f| f.pacing_rate.map(|b| b as f64 / 8.0),
     );
     gauge(
         "tunnel_model_rate_bytes_per_second",

@@ -1,6 +1,7 @@
 //! Live connections and totals, for `/metrics`, `/connections` and `satpep status`.
 
 use crate::tcpinfo::{self, LegInfo};
+use satpep_tunnel::congestion::satellite::Readings;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -208,8 +209,8 @@ pub struct Registry {
     pub mode: Mode,
     next: AtomicU64,
     conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
-    /// Live tunnel connections, for `/metrics`.
-    tunnels: Mutex<Vec<quinn::Connection>>,
+    /// Live tunnel connections and their controllers' readings, for `/metrics`.
+    tunnels: Mutex<Vec<(quinn::Connection, Arc<Readings>)>>,
     /// Totals.
     pub counters: Counters,
 }
@@ -224,19 +225,22 @@ impl Registry {
     }
 
     /// A tunnel connection came up.
-    pub fn tunnel_up(&self, c: &quinn::Connection) {
+    pub fn tunnel_up(&self, c: &quinn::Connection, r: &Arc<Readings>) {
         self.counters.tunnel_connections.fetch_add(1, Relaxed);
-        self.tunnels.lock().unwrap().push(c.clone());
+        self.tunnels.lock().unwrap().push((c.clone(), r.clone()));
     }
 
     /// A tunnel connection closed.
     pub fn tunnel_down(&self, c: &quinn::Connection) {
         let id = c.stable_id();
-        self.tunnels.lock().unwrap().retain(|t| t.stable_id() != id);
+        self.tunnels
+            .lock()
+            .unwrap()
+            .retain(|(t, _)| t.stable_id() != id);
     }
 
-    /// Live tunnel connections.
-    pub fn tunnels(&self) -> Vec<quinn::Connection> {
+    /// Live tunnel connections, with their controllers' readings.
+    pub fn tunnels(&self) -> Vec<(quinn::Connection, Arc<Readings>)> {
         self.tunnels.lock().unwrap().clone()
     }
 

@@ -14,7 +14,7 @@ use crate::registry::Registry;
 use crate::relay::End;
 use crate::sockets::{reset_on_close, upstream};
 use quinn::{RecvStream, SendStream, VarInt};
-use satpep_tunnel::congestion::satellite::PathMemory;
+use satpep_tunnel::congestion::satellite::{PathMemory, Readings};
 use satpep_tunnel::congestion::stop::StopSwitch;
 use satpep_tunnel::congestion::Shared;
 use satpep_tunnel::header::{Answer, FlowHeader, HeaderError, MAX_LEN};
@@ -66,31 +66,40 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// The transport of a new connection with `peer`: its controller paces the datagrams
-    /// to `peer` and, given a `memory`, starts from the path the last connection measured.
+    /// to `peer`, publishes what it measures in the readings returned and, given a
+    /// `memory`, starts from the path the last connection measured.
     fn transport(
         &self,
         peer: SocketAddr,
         memory: Option<PathMemory>,
-    ) -> Arc<quinn::TransportConfig> {
+    ) -> (Arc<quinn::TransportConfig>, Arc<Readings>) {
+        let readings = Arc::new(Readings::default());
         let shared = Shared {
             memory,
             pace: Some(self.paced.pace(peer)),
+            readings: Some(readings.clone()),
         };
-        Arc::new(self.hop.transport(&self.switch, shared))
+        (Arc::new(self.hop.transport(&self.switch, shared)), readings)
     }
 
     /// The gateway's configuration for a connection from `peer`.
-    fn server_for(&self, peer: SocketAddr) -> Arc<quinn::ServerConfig> {
+    fn server_for(&self, peer: SocketAddr) -> (Arc<quinn::ServerConfig>, Arc<Readings>) {
         let mut s = self.server.clone().expect("a gateway's endpoint serves");
-        s.transport_config(self.transport(peer, None));
-        Arc::new(s)
+        let (t, readings) = self.transport(peer, None);
+        s.transport_config(t);
+        (Arc::new(s), readings)
     }
 
     /// The terminal's configuration for its connection to `peer`.
-    fn client_for(&self, peer: SocketAddr, memory: &PathMemory) -> quinn::ClientConfig {
+    fn client_for(
+        &self,
+        peer: SocketAddr,
+        memory: &PathMemory,
+    ) -> (quinn::ClientConfig, Arc<Readings>) {
         let mut c = self.client.clone().expect("a terminal's endpoint connects");
-        c.transport_config(self.transport(peer, Some(memory.clone())));
-        c
+        let (t, readings) = self.transport(peer, Some(memory.clone()));
+        c.transport_config(t);
+        (c, readings)
     }
 
     /// Closes every connection with `reason` and waits (at most 1 s) until the close left,
@@ -232,8 +241,8 @@ impl Terminal {
         if let Some(e) = recent_failure() {
             return Err(e);
         }
+        let (cfg, readings) = self.ep.client_for(self.peer, &self.memory);
         let attempt = async {
-            let cfg = self.ep.client_for(self.peer, &self.memory);
             let connecting = self
                 .ep
                 .endpoint
@@ -265,7 +274,7 @@ impl Terminal {
             }
         };
         info!(gateway = %self.peer, name = %self.peer_name, "tunnel up");
-        tokio::spawn(watch(c.clone(), self.reg.clone()));
+        tokio::spawn(watch(c.clone(), readings, self.reg.clone()));
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -511,7 +520,7 @@ pub async fn run_gateway(
             inc = ep.endpoint.accept() => {
                 let Some(inc) = inc else { break };
                 let (leg, reg, refusals) = (leg.clone(), reg.clone(), refusals.clone());
-                let config = ep.server_for(inc.remote_address());
+                let (config, readings) = ep.server_for(inc.remote_address());
                 tokio::spawn(async move {
                     let from = inc.remote_address();
                     let accepted = inc.accept_with(config);
@@ -528,7 +537,7 @@ pub async fn run_gateway(
                         }
                     };
                     info!(%from, "tunnel peer authenticated");
-                    tokio::spawn(watch(conn.clone(), reg.clone()));
+                    tokio::spawn(watch(conn.clone(), readings, reg.clone()));
                     loop {
                         match conn.accept_bi().await {
                             Ok((send, recv)) => {
@@ -586,20 +595,17 @@ pub struct TunnelFigures {
     pub mtu: u16,
     /// The satellite controller's phase (None with other controllers).
     pub phase: Option<satpep_tunnel::congestion::satellite::Phase>,
+    /// The rate the controller paces at, bits/s, if it says (its `metrics()`).
+    pub pacing_rate: Option<u64>,
 }
 
 impl TunnelFigures {
-    /// The figures of `c` now.
-    pub fn of(c: &quinn::Connection) -> TunnelFigures {
+    /// The figures of `c` now: quinn's statistics, its controller's metrics and what a
+    /// satellite controller published in `r`.
+    pub fn of(c: &quinn::Connection, r: &Readings) -> TunnelFigures {
         let s = c.stats();
         let p = s.path;
-        let sat = c
-            .congestion_state()
-            .into_any()
-            .downcast::<satpep_tunnel::congestion::satellite::Satellite>()
-            .ok();
-        let losses = sat.as_ref().map(|x| x.losses()).unwrap_or_default();
-        let (model_rate, model_rtt) = sat.as_ref().map(|x| x.model()).unwrap_or_default();
+        let losses = r.losses();
         TunnelFigures {
             rtt: p.rtt,
             min_rtt: p.min_rtt,
@@ -609,21 +615,22 @@ impl TunnelFigures {
             events: p.congestion_events,
             random: losses.random,
             congestion: losses.congestion,
-            model_rate,
-            model_rtt,
-            channel_loss: sat.as_ref().and_then(|x| x.channel_loss()),
+            model_rate: r.rate(),
+            model_rtt: r.base_rtt(),
+            channel_loss: r.channel_loss(),
+            pacing_rate: c.congestion_state().metrics().pacing_rate,
             blocked: s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked,
             udp_tx: s.udp_tx.bytes,
             udp_rx: s.udp_rx.bytes,
             mtu: p.current_mtu,
-            phase: sat.as_ref().map(|x| x.phase()),
+            phase: r.phase(),
         }
     }
 }
 
 /// The connection's path figures, for logs.
-fn log_stats(c: &quinn::Connection, closing: bool) {
-    let f = TunnelFigures::of(c);
+fn log_stats(c: &quinn::Connection, r: &Readings, closing: bool) {
+    let f = TunnelFigures::of(c, r);
     let rate_mbit = f.model_rate as f64 * 8e-6;
     let base_rtt_ms = f.model_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e3);
     let (rtt_ms, min_rtt_ms) = (f.rtt.as_secs_f64() * 1e3, f.min_rtt.as_secs_f64() * 1e3);
@@ -637,18 +644,19 @@ fn log_stats(c: &quinn::Connection, closing: bool) {
     }
 }
 
-/// Keeps a connection in `reg` (for `/metrics`) while it lives, and logs its figures every
+/// Keeps a connection and its controller's readings in `reg` (for `/metrics`) while it
+/// lives, and logs its figures every
 /// 5 s (debug) and when it closes (info).
-async fn watch(c: quinn::Connection, reg: Arc<Registry>) {
-    reg.tunnel_up(&c);
+async fn watch(c: quinn::Connection, r: Arc<Readings>, reg: Arc<Registry>) {
+    reg.tunnel_up(&c, &r);
     loop {
         tokio::select! {
             _ = c.closed() => break,
-            _ = tokio::time::sleep(Duration::from_secs(5)) => log_stats(&c, false),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => log_stats(&c, &r, false),
         }
     }
     reg.tunnel_down(&c);
-    log_stats(&c, true);
+    log_stats(&c, &r, true);
 }
 
 /// Reads a flow header; the flow bytes that came with it stay in `reader`.

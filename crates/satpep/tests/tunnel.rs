@@ -139,6 +139,18 @@ fn flows_cross_the_tunnel_intact_transparent_and_encrypted() {
             "{m}"
         );
         assert!(value("satpep_tunnel_window_bytes{") > 0.0, "{m}");
+        // The satellite controller's own figures (published by it, not read by a downcast)
+        // and its pacing rate (quinn's `Controller::metrics()`).
+        assert!(
+            value("satpep_tunnel_model_rate_bytes_per_second{") > 0.0,
+            "{m}"
+        );
+        assert!(value("satpep_tunnel_model_base_rtt_seconds{") > 0.0, "{m}");
+        assert!(
+            value("satpep_tunnel_pacing_rate_bytes_per_second{") > 0.0,
+            "{m}"
+        );
+        assert!(m.contains("satpep_tunnel_controller_phase{"), "{m}");
         assert!(m.contains("satpep_tunnel_loss_events_total{peer="), "{m}");
         // No split connection is live at either end: no per-leg means (they printed -0.0).
         assert!(

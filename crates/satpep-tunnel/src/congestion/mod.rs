@@ -89,6 +89,8 @@ pub struct Shared {
     /// The rate the connection's datagrams leave at, set by the controller and applied by
     /// the endpoint's [`crate::pacing::PacedSocket`].
     pub pace: Option<Arc<crate::pacing::Pace>>,
+    /// Where the controller publishes what it measured, for the proxy's status and metrics.
+    pub readings: Option<Arc<satellite::Readings>>,
 }
 
 /// The factory quinn builds a connection's controller from; `switch` opens the controllers'

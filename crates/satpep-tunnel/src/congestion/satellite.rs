@@ -26,6 +26,7 @@ use quinn_proto::RttEstimator;
 use satpep_model::{Ack, Model, Path};
 use std::any::Any;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,8 +47,8 @@ const CLAMP: u32 = 1 << 24;
 
 /// Packets a round may lose, at most, at the loss rate last measured (see [`GapGuard`]).
 const MAX_LOST_PER_ROUND: f64 = 768.0;
-/// A round's loss rate counts once it sent this many packets.
-const GUARD_MIN_SENT: u64 = 200;
+/// A round's loss rate counts once it learnt the fate of this many packets.
+const GUARD_MIN_KNOWN: u64 = 200;
 
 /// How long a remembered path stays valid for a new connection.
 const PATH_MAX_AGE: Duration = Duration::from_secs(300);
@@ -84,8 +85,90 @@ impl ControllerFactory for SatelliteConfig {
         }
         host.memory = self.shared.memory.clone();
         host.pace = self.shared.pace.clone();
+        host.readings = self.shared.readings.clone().map(|r| (r, now));
         host.set_pace(now);
+        host.publish(now, true);
         Box::new(Satellite { host })
+    }
+}
+
+/// What a connection's satellite controller measured, published for the proxy's status,
+/// metrics and logs: quinn's `Controller::metrics()` carries only the window and the pacing
+/// rate. The factory hands one to each controller it builds (see [`Shared`]); the controller
+/// updates it at most every [`PUBLISH_EVERY`] and at each phase change.
+#[derive(Debug)]
+pub struct Readings {
+    rate: AtomicU64,
+    base_rtt_us: AtomicU64,
+    /// Index into [`Phase::ALL`]; `u8::MAX` before the first reading.
+    phase: AtomicU8,
+    /// Parts per million; `u64::MAX` until a drain measured it.
+    noise_ppm: AtomicU64,
+    congestion: AtomicU64,
+    random: AtomicU64,
+}
+
+/// How often a controller publishes its [`Readings`].
+pub const PUBLISH_EVERY: Duration = Duration::from_millis(50);
+
+impl Default for Readings {
+    fn default() -> Readings {
+        Readings {
+            rate: AtomicU64::new(0),
+            base_rtt_us: AtomicU64::new(0),
+            phase: AtomicU8::new(u8::MAX),
+            noise_ppm: AtomicU64::new(u64::MAX),
+            congestion: AtomicU64::new(0),
+            random: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Readings {
+    /// The model's bottleneck rate, bytes/s (0 before the first reading).
+    pub fn rate(&self) -> u64 {
+        self.rate.load(Relaxed)
+    }
+
+    /// The model's base RTT, once measured.
+    pub fn base_rtt(&self) -> Option<Duration> {
+        Some(self.base_rtt_us.load(Relaxed))
+            .filter(|&u| u > 0)
+            .map(Duration::from_micros)
+    }
+
+    /// Where the model is in its cycle (None before the first reading: not a satellite
+    /// controller, or one that has not started).
+    pub fn phase(&self) -> Option<Phase> {
+        Phase::ALL.get(self.phase.load(Relaxed) as usize).copied()
+    }
+
+    /// The share of packets the hop loses to noise, as the drains measured it.
+    pub fn channel_loss(&self) -> Option<f64> {
+        Some(self.noise_ppm.load(Relaxed))
+            .filter(|&p| p != u64::MAX)
+            .map(|p| p as f64 / 1e6)
+    }
+
+    /// Loss events so far, by kind.
+    pub fn losses(&self) -> LossCounts {
+        LossCounts {
+            congestion: self.congestion.load(Relaxed),
+            random: self.random.load(Relaxed),
+        }
+    }
+
+    fn publish(&self, model: &Model, losses: LossCounts) {
+        self.rate.store(model.bw(), Relaxed);
+        self.base_rtt_us
+            .store(model.base_rtt_us().unwrap_or(0) as u64, Relaxed);
+        let phase = Phase::ALL.iter().position(|&p| p == model.phase());
+        self.phase
+            .store(phase.map_or(u8::MAX, |i| i as u8), Relaxed);
+        let noise = model.channel_loss().map_or(u64::MAX, |l| (l * 1e6) as u64);
+        self.noise_ppm.store(noise, Relaxed);
+        self.congestion.store(losses.congestion, Relaxed);
+        self.random.store(losses.random, Relaxed);
     }
 }
 
@@ -104,38 +187,17 @@ pub struct Satellite {
     host: Host,
 }
 
-impl Satellite {
-    /// Loss events so far, by kind.
-    pub fn losses(&self) -> LossCounts {
-        self.host.losses
-    }
-
-    /// The controller's model: (rate estimate, bytes/s; base RTT).
-    pub fn model(&self) -> (u64, Option<Duration>) {
-        let m = &self.host.model;
-        (
-            m.bw(),
-            m.base_rtt_us().map(|u| Duration::from_micros(u as u64)),
-        )
-    }
-
-    /// Where the model is in its cycle.
-    pub fn phase(&self) -> Phase {
-        self.host.model.phase()
-    }
-
-    /// The share of packets the hop loses to noise (not to a full buffer), as measured on
-    /// the packets of its drains; None until a drain measured it.
-    pub fn channel_loss(&self) -> Option<f64> {
-        self.host.model.channel_loss()
-    }
-}
-
-/// A packet in flight: when it left, and the delivery state then (`tcp_rate.c`'s per-skb
-/// record).
+/// A packet in flight: when quinn built it (its key), when it left, and the delivery state
+/// then (`tcp_rate.c`'s per-skb record).
 #[derive(Debug, Clone, Copy)]
 struct Sent {
     at: Instant,
+    /// Later than `at` when the socket's pacer held the packet (see [`crate::pacing`]).
+    left: Instant,
+    /// The first transmit's length, bytes.
+    len: u32,
+    /// Transmits quinn timed alike (see [`Host::on_sent`]).
+    transmits: u32,
     delivered: u64,
     delivered_at: Instant,
     first_tx: Instant,
@@ -147,11 +209,13 @@ struct Sent {
 /// peer), but they are this side's losses: the window is held to [`MAX_LOST_PER_ROUND`] ÷
 /// the loss rate of the last round (about an RTT), which only binds when a round loses
 /// several hundred packets (11 % of packets lost at 7 000 packets a round). The model
-/// itself need not know: split's kernel has no such limit.
+/// itself need not know: split's kernel has no such limit. The rate is of the packets whose
+/// fate the round learnt (acknowledged or lost), not of those it sent: a round that sent
+/// little (its window just cut) learns of the losses of a fuller one.
 #[derive(Debug, Clone)]
 struct GapGuard {
     since: Instant,
-    sent: u64,
+    acked: u64,
     lost: u64,
     /// Loss rate of the last round that sent enough packets; 0 until one did.
     rate: f64,
@@ -161,7 +225,7 @@ impl GapGuard {
     fn new(now: Instant) -> GapGuard {
         GapGuard {
             since: now,
-            sent: 0,
+            acked: 0,
             lost: 0,
             rate: 0.0,
         }
@@ -172,12 +236,13 @@ impl GapGuard {
         if now.saturating_duration_since(self.since) < round {
             return;
         }
-        if self.sent >= GUARD_MIN_SENT {
-            self.rate = (self.lost as f64 / self.sent as f64).min(1.0);
-        } else if self.sent > 0 && self.lost == 0 {
+        let known = self.acked + self.lost;
+        if known >= GUARD_MIN_KNOWN {
+            self.rate = self.lost as f64 / known as f64;
+        } else if self.acked > 0 && self.lost == 0 {
             self.rate = 0.0;
         }
-        (self.since, self.sent, self.lost) = (now, 0, 0);
+        (self.since, self.acked, self.lost) = (now, 0, 0);
     }
 
     /// The most packets the window may hold.
@@ -225,6 +290,10 @@ pub struct Host {
     memory: Option<PathMemory>,
     /// Where the model's pacing rate goes, if anywhere (the endpoint's socket applies it).
     pace: Option<Arc<Pace>>,
+    /// The pacer's holds taken so far (see [`Pace::take_hold`]).
+    holds_seen: u64,
+    /// Where the model's figures go for the proxy, if anywhere, and when they last went.
+    readings: Option<(Arc<Readings>, Instant)>,
     guard: GapGuard,
 }
 
@@ -271,6 +340,8 @@ impl Host {
             losses: LossCounts::default(),
             memory: None,
             pace: None,
+            holds_seen: 0,
+            readings: None,
             guard: GapGuard::new(now),
         }
     }
@@ -299,8 +370,24 @@ impl Host {
         }
     }
 
+    /// The transmit the socket's pacer held, if one left since the last call, left later
+    /// than quinn timed it: its record (the newest: quinn reports each transmit, a GSO batch
+    /// too, once, and builds no other while one waits) takes the time it left.
+    fn take_hold(&mut self) {
+        let Some(pace) = &self.pace else { return };
+        if let Some((held, len)) = pace.take_hold(&mut self.holds_seen) {
+            // Only a record of the held transmit alone: one of several timed alike takes its
+            // first's (unheld) time; a path MTU probe, which quinn does not report, none.
+            let alone = |r: &&mut Sent| r.transmits == 1 && r.len as usize == len;
+            if let Some(r) = self.sent.back_mut().filter(alone) {
+                r.left = r.at + held;
+            }
+        }
+    }
+
     /// A packet of `bytes` left at `now`.
     pub fn on_sent(&mut self, now: Instant, bytes: u64) {
+        self.take_hold();
         if self.in_flight == 0 {
             self.first_tx = now;
             self.delivered_at = now;
@@ -308,12 +395,21 @@ impl Host {
         if now.saturating_duration_since(self.last_ack) > self.silence() {
             self.last_probe = Some(now);
         }
-        // quinn reports every datagram, ACK-only ones too, and within a batch of datagrams
-        // (GSO) the batch's length so far: an estimate until the next ACK frame says.
-        self.in_flight += bytes.min(self.mtu);
-        self.guard.sent += 1;
+        // quinn reports each transmit once, ACK-only ones too, a GSO batch with its whole
+        // length: an estimate until the next ACK frame says (quinn counts ACK-only packets
+        // out of flight).
+        self.in_flight += bytes;
+        // quinn times every transmit of one pass of its driver alone, so acknowledgements
+        // cannot tell them apart: one record stands for them all (its first transmit's).
+        if let Some(r) = self.sent.back_mut().filter(|r| r.at == now) {
+            r.transmits = r.transmits.saturating_add(1);
+            return;
+        }
         self.sent.push_back(Sent {
             at: now,
+            left: now,
+            len: bytes.min(u32::MAX as u64) as u32,
+            transmits: 1,
             delivered: self.delivered,
             delivered_at: self.delivered_at,
             first_tx: self.first_tx,
@@ -321,7 +417,8 @@ impl Host {
     }
 
     /// The packet sent at `sent`, `bytes` long, was acknowledged at `now`; `srtt` is the
-    /// connection's smoothed RTT.
+    /// connection's smoothed RTT (the host keeps its own from the packets' times when the
+    /// socket paces).
     pub fn on_ack(
         &mut self,
         now: Instant,
@@ -330,14 +427,18 @@ impl Host {
         app_limited: bool,
         srtt: Duration,
     ) {
+        self.take_hold();
         if self.batch_acked == 0 {
             self.batch_from = self.delivered / self.unit;
         }
         self.in_flight = self.in_flight.saturating_sub(bytes);
+        self.guard.acked += 1;
         self.delivered += bytes;
         self.batch_acked += bytes;
         self.batch_app_limited = app_limited;
-        self.srtt = srtt;
+        if self.pace.is_none() {
+            self.srtt = srtt;
+        }
         self.last_ack = now;
         // Packets sent before this one and not acknowledged were lost (quinn reports them
         // on its own, later) or come out of order: their records wait for that.
@@ -353,9 +454,17 @@ impl Host {
         };
         self.sent.pop_front();
         self.delivered_at = now;
-        self.first_tx = rec.at;
-        let rtt = now.saturating_duration_since(sent);
+        self.first_tx = rec.left;
+        let rtt = now.saturating_duration_since(rec.left);
         self.min_rtt = self.min_rtt.min(rtt);
+        // Paced by the socket, quinn's smoothed RTT counts the holds: the model's comes
+        // from the packets' own times (RFC 6298's gain of 1/8).
+        if self.pace.is_some() {
+            self.srtt = match self.srtt.is_zero() {
+                true => rtt,
+                false => (self.srtt * 7 + rtt) / 8,
+            };
+        }
         if self.batch_newest.is_none_or(|n| n.sent.at <= rec.at) {
             self.batch_newest = Some(Newest { sent: rec, rtt });
         }
@@ -374,7 +483,7 @@ impl Host {
         a.acked = (self.delivered / self.unit - self.batch_from) as u32;
         a.app_limited = self.batch_app_limited as u8;
         if let Some(n) = self.batch_newest.take() {
-            let snd = n.sent.at.saturating_duration_since(n.sent.first_tx);
+            let snd = n.sent.left.saturating_duration_since(n.sent.first_tx);
             let ack = now.saturating_duration_since(n.sent.delivered_at);
             let interval = snd.max(ack);
             a.prior_delivered = (n.sent.delivered / self.unit) as u32;
@@ -392,6 +501,18 @@ impl Host {
         self.model.on_ack(&a);
         self.log_phase(phase);
         self.set_pace(now);
+        self.publish(now, self.model.phase() != phase);
+    }
+
+    /// Publishes the model's figures, if someone reads them: every [`PUBLISH_EVERY`], or
+    /// `now` if the phase changed.
+    fn publish(&mut self, now: Instant, changed: bool) {
+        if let Some((r, at)) = &mut self.readings {
+            if changed || now.saturating_duration_since(*at) >= PUBLISH_EVERY {
+                r.publish(&self.model, self.losses);
+                *at = now;
+            }
+        }
     }
 
     /// Hands the model's pacing rate to the socket, if it paces this connection.
@@ -459,6 +580,7 @@ impl Host {
         } else {
             self.losses.random += 1;
         }
+        self.publish(now, self.model.phase() != phase);
     }
 
     fn silence(&self) -> Duration {
@@ -719,7 +841,7 @@ mod tests {
         let memory = PathMemory::default();
         let shared = Shared {
             memory: Some(memory.clone()),
-            pace: None,
+            ..Shared::default()
         };
         let f = Arc::new(SatelliteConfig::new(hop(), shared));
         let path = Path {
@@ -764,10 +886,11 @@ mod tests {
         let rtt = Duration::from_millis(100);
         let mut t = t0;
         for _ in 0..5 {
-            let sent_at: Vec<Instant> = (0..8000)
-                .map(|i| t + rtt * i / 8000)
-                .inspect(|&at| h.on_sent(at, 1200))
-                .collect();
+            // Ten packets to a transmit: quinn reports the transmit once, acknowledges each.
+            let sent_at: Vec<Instant> = (0..8000).map(|i| t + rtt * (i / 10) / 800).collect();
+            for at in sent_at.iter().step_by(10) {
+                h.on_sent(*at, 12_000);
+            }
             t += rtt;
             for (i, at) in sent_at.iter().enumerate() {
                 if i % 100 < 13 {
@@ -789,6 +912,11 @@ mod tests {
             "the model's own window {model} is under the bound {cap}"
         );
         assert!(
+            h.window() >= cap * 9 / 10,
+            "the bound {} is tighter than 13 % loss asks ({cap})",
+            h.window()
+        );
+        assert!(
             h.window() <= cap + 1200,
             "at 13 % loss the window {} may hold {} lost packets a round",
             h.window(),
@@ -803,6 +931,57 @@ mod tests {
         }
         h.guard.roll(t + rtt * 3, rtt);
         assert_eq!(h.guard.cap(), None, "no loss, no bound");
+    }
+
+    #[test]
+    fn a_packet_the_pacer_held_is_timed_from_when_it_left() {
+        let t0 = Instant::now();
+        let mut h = Host::new(hop(), 1200, t0);
+        let pace = Pace::new();
+        h.pace = Some(pace.clone());
+        // Two packets built at t0; the second waited 20 ms in the socket's pacer.
+        h.on_sent(t0, 1200);
+        h.on_sent(t0 + Duration::from_micros(10), 1200);
+        pace.held(Duration::from_millis(20), 1200);
+        let rtt = Duration::from_millis(600);
+        h.on_ack(t0 + rtt, t0, 1200, false, rtt);
+        let second = t0 + Duration::from_micros(10);
+        h.on_ack(
+            t0 + rtt + Duration::from_millis(20),
+            second,
+            1200,
+            false,
+            rtt,
+        );
+        let newest = h.batch_newest.expect("acknowledged");
+        assert_eq!(
+            newest.rtt,
+            rtt - Duration::from_micros(10),
+            "held time in the RTT"
+        );
+        assert_eq!(h.min_rtt, rtt - Duration::from_micros(10));
+        // A transmit quinn did not report (a path MTU probe) moves no record.
+        let t1 = t0 + Duration::from_secs(1);
+        h.on_sent(t1, 1200);
+        pace.held(Duration::from_millis(20), 1452);
+        h.on_ack(t1 + rtt, t1, 1200, false, rtt);
+        assert_eq!(
+            h.batch_newest.unwrap().rtt,
+            rtt,
+            "a probe's hold moved a packet"
+        );
+        // A hold of the last of several transmits timed alike moves nothing either (the
+        // record is the first's, which left at once).
+        let t2 = t0 + Duration::from_secs(2);
+        h.on_sent(t2, 1200);
+        h.on_sent(t2, 1200);
+        pace.held(Duration::from_millis(20), 1200);
+        h.on_ack(t2 + rtt, t2, 1200, false, rtt);
+        assert_eq!(
+            h.batch_newest.unwrap().rtt,
+            rtt,
+            "a group took its last's hold"
+        );
     }
 
     #[test]
