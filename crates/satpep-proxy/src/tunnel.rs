@@ -135,9 +135,8 @@ pub fn endpoint(t: &TunnelConfig) -> Result<Endpoint, String> {
             )?),
         ),
     };
-    let (endpoint, paced) =
-        transport::endpoint(sock, server.clone(), client.clone(), creds.reset_secret())
-            .map_err(|e| format!("tunnel: {e}"))?;
+    let (endpoint, paced) = transport::endpoint(sock, server.clone(), creds.reset_secret())
+        .map_err(|e| format!("tunnel: {e}"))?;
     Ok(Endpoint {
         endpoint,
         switch,
@@ -645,8 +644,7 @@ fn log_stats(c: &quinn::Connection, r: &Readings, closing: bool) {
 }
 
 /// Keeps a connection and its controller's readings in `reg` (for `/metrics`) while it
-/// lives, and logs its figures every
-/// 5 s (debug) and when it closes (info).
+/// lives, and logs its figures every 5 s (debug) and when it closes (info).
 async fn watch(c: quinn::Connection, r: Arc<Readings>, reg: Arc<Registry>) {
     reg.tunnel_up(&c, &r);
     loop {

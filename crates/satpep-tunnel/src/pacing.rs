@@ -28,7 +28,7 @@ use std::future::Future;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -56,8 +56,10 @@ thread_local! {
 #[derive(Debug, Default)]
 pub struct Pace {
     rate: AtomicU64,
-    /// The last transmit held: (holds so far, how long, its length).
-    hold: Mutex<(u64, Duration, usize)>,
+    /// Transmits held so far: read on every acknowledgement, without the lock.
+    holds: AtomicU64,
+    /// The last transmit held: how long, its length.
+    hold: Mutex<(Duration, usize)>,
 }
 
 impl Pace {
@@ -79,8 +81,8 @@ impl Pace {
     /// The last transmit (a datagram or a GSO batch), `len` bytes, left after waiting
     /// `held`.
     pub(crate) fn held(&self, held: Duration, len: usize) {
-        let mut h = self.hold.lock().unwrap_or_else(|e| e.into_inner());
-        *h = (h.0 + 1, held, len);
+        *self.hold.lock().unwrap_or_else(|e| e.into_inner()) = (held, len);
+        self.holds.fetch_add(1, Release);
     }
 
     /// How long the last transmit held waited and its length, if it left since the one
@@ -88,11 +90,12 @@ impl Pace {
     /// quinn builds nothing more while one waits, and tells its controller of each
     /// transmit once, except its path MTU probes (the length tells them apart).
     pub fn take_hold(&self, seen: &mut u64) -> Option<(Duration, usize)> {
-        let h = self.hold.lock().unwrap_or_else(|e| e.into_inner());
-        (h.0 != *seen).then(|| {
-            *seen = h.0;
-            (h.1, h.2)
-        })
+        let holds = self.holds.load(Acquire);
+        if holds == *seen {
+            return None;
+        }
+        *seen = holds;
+        Some(*self.hold.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -318,6 +321,15 @@ mod tests {
         (PacedSocket::new(inner), rx)
     }
 
+    /// A socket whose one peer (the receiver returned) is paced at `rate` bytes/s.
+    fn paced(rate: u64) -> (Arc<PacedSocket>, SocketAddr, Arc<Pace>, std::net::UdpSocket) {
+        let (s, rx) = socket();
+        let to = rx.local_addr().unwrap();
+        let pace = s.pace(to);
+        pace.set(rate);
+        (s, to, pace, rx)
+    }
+
     use quinn::Runtime;
 
     /// Sends `n` datagrams of `size` to `to` through quinn's order of calls (poll_writable,
@@ -406,10 +418,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_held_datagram_reports_how_long_it_waited() {
-        let (s, rx) = socket();
-        let to = rx.local_addr().unwrap();
-        let pace = s.pace(to);
-        pace.set(100_000);
+        let (s, to, pace, _rx) = paced(100_000);
         let mut seen = 0;
         // The bucket starts empty: the first datagram leaves, the second waits 10 ms.
         send(&s, to, 1, 1000).await;
@@ -426,10 +435,7 @@ mod tests {
 
     #[tokio::test]
     async fn small_datagrams_acknowledgements_mostly_are_not_paced() {
-        let (s, rx) = socket();
-        let to = rx.local_addr().unwrap();
-        let pace = s.pace(to);
-        pace.set(10_000);
+        let (s, to, _pace, _rx) = paced(10_000);
         // 100 datagrams of 100 bytes at 10 kB/s would take a second.
         let t = send(&s, to, 100, 100).await;
         assert!(t < Duration::from_millis(50), "small datagrams held: {t:?}");
@@ -442,9 +448,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_rate_of_zero_does_not_pace() {
-        let (s, rx) = socket();
-        let to = rx.local_addr().unwrap();
-        let _pace = s.pace(to);
+        let (s, to, _pace, _rx) = paced(0);
         let t = send(&s, to, 100, 1200).await;
         assert!(
             t < Duration::from_millis(50),

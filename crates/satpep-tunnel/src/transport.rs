@@ -117,14 +117,14 @@ impl Hop {
     }
 }
 
-/// A QUIC endpoint on `socket`: a server (gateway) when `server` is given, and able to
-/// connect out (terminal) with `client`. `reset_secret` keys stateless resets (see
-/// [`crate::keys::Credentials::reset_secret`]). The socket paces the peers it is asked to
-/// ([`PacedSocket::pace`]), returned beside the endpoint.
+/// A QUIC endpoint on `socket`: a server (gateway) when `server` is given; a terminal
+/// connects out with a configuration per connection (`Endpoint::connect_with`).
+/// `reset_secret` keys stateless resets (see [`crate::keys::Credentials::reset_secret`]).
+/// The socket paces the peers it is asked to ([`PacedSocket::pace`]), returned beside the
+/// endpoint.
 pub fn endpoint(
     socket: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
-    client: Option<quinn::ClientConfig>,
     reset_secret: [u8; 32],
 ) -> std::io::Result<(quinn::Endpoint, Arc<PacedSocket>)> {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &reset_secret);
@@ -137,10 +137,7 @@ pub fn endpoint(
     });
     let runtime = Arc::new(quinn::TokioRuntime);
     let paced = PacedSocket::new(quinn::Runtime::wrap_udp_socket(&*runtime, socket)?);
-    let mut e = quinn::Endpoint::new_with_abstract_socket(cfg, server, paced.clone(), runtime)?;
-    if let Some(c) = client {
-        e.set_default_client_config(c);
-    }
+    let e = quinn::Endpoint::new_with_abstract_socket(cfg, server, paced.clone(), runtime)?;
     Ok((e, paced))
 }
 

@@ -217,7 +217,7 @@ struct GapGuard {
     since: Instant,
     acked: u64,
     lost: u64,
-    /// Loss rate of the last round that sent enough packets; 0 until one did.
+    /// Loss rate of the last round that learnt enough packets' fate; 0 until one did.
     rate: f64,
 }
 
@@ -960,28 +960,27 @@ mod tests {
             "held time in the RTT"
         );
         assert_eq!(h.min_rtt, rtt - Duration::from_micros(10));
+        // `transmits` timed alike at `t`, then a hold of `len` bytes: the RTT the first
+        // one's acknowledgement reads.
+        let mut after_hold = |t: Instant, transmits: u32, len: usize| {
+            for _ in 0..transmits {
+                h.on_sent(t, 1200);
+            }
+            pace.held(Duration::from_millis(20), len);
+            h.on_ack(t + rtt, t, 1200, false, rtt);
+            h.batch_newest.unwrap().rtt
+        };
         // A transmit quinn did not report (a path MTU probe) moves no record.
         let t1 = t0 + Duration::from_secs(1);
-        h.on_sent(t1, 1200);
-        pace.held(Duration::from_millis(20), 1452);
-        h.on_ack(t1 + rtt, t1, 1200, false, rtt);
         assert_eq!(
-            h.batch_newest.unwrap().rtt,
+            after_hold(t1, 1, 1452),
             rtt,
             "a probe's hold moved a packet"
         );
         // A hold of the last of several transmits timed alike moves nothing either (the
         // record is the first's, which left at once).
         let t2 = t0 + Duration::from_secs(2);
-        h.on_sent(t2, 1200);
-        h.on_sent(t2, 1200);
-        pace.held(Duration::from_millis(20), 1200);
-        h.on_ack(t2 + rtt, t2, 1200, false, rtt);
-        assert_eq!(
-            h.batch_newest.unwrap().rtt,
-            rtt,
-            "a group took its last's hold"
-        );
+        assert_eq!(after_hold(t2, 2, 1200), rtt, "a group took its last's hold");
     }
 
     #[test]
