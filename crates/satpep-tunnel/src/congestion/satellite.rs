@@ -40,6 +40,8 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 const FRAME_OVERHEAD: u64 = 42;
 /// Records kept of packets passed by acknowledgements, until quinn declares them lost.
 const UNACKED_KEPT: usize = 1 << 16;
+/// How far back (segments) a lost packet whose record is gone is put: before any drain.
+const LONG_AGO: u32 = 1 << 30;
 /// The gap guard never holds the window below this many packets.
 const INITIAL_PACKETS: u64 = 32;
 /// The window's ceiling, packets (quinn's pacing arithmetic needs a finite window).
@@ -278,6 +280,10 @@ pub struct Host {
     /// This ACK frame's: bytes acknowledged, newest packet, whether application limited.
     batch_acked: u64,
     batch_newest: Option<Newest>,
+    /// The send time and delivered count of the newest packet the last loss covered.
+    last_loss: Option<(Instant, u64)>,
+    /// The record the last fresh acknowledgement took, and the RTT it measured.
+    last_acked: Option<Newest>,
     batch_app_limited: bool,
     /// Delivered segments before this frame's acknowledgements.
     batch_from: u64,
@@ -329,6 +335,8 @@ impl Host {
             in_flight: 0,
             sent: VecDeque::new(),
             unacked: VecDeque::new(),
+            last_loss: None,
+            last_acked: None,
             batch_acked: 0,
             batch_newest: None,
             batch_app_limited: false,
@@ -449,22 +457,38 @@ impl Host {
             }
             self.unacked.push_back(r);
         }
-        let Some(rec) = self.sent.front().copied().filter(|s| s.at == sent) else {
-            return;
+        let (rec, rtt) = match self.sent.front().copied().filter(|s| s.at == sent) {
+            Some(rec) => {
+                self.sent.pop_front();
+                // Kept for the losses among the transmits it stands for (see `on_loss`).
+                if self.unacked.len() >= UNACKED_KEPT {
+                    self.unacked.pop_front();
+                }
+                self.unacked.push_back(rec);
+                self.delivered_at = now;
+                self.first_tx = rec.left;
+                let rtt = now.saturating_duration_since(rec.left);
+                self.min_rtt = self.min_rtt.min(rtt);
+                // Paced by the socket, quinn's smoothed RTT counts the holds: the model's
+                // comes from the packets' own times (RFC 6298's gain of 1/8).
+                if self.pace.is_some() {
+                    self.srtt = match self.srtt.is_zero() {
+                        true => rtt,
+                        false => (self.srtt * 7 + rtt) / 8,
+                    };
+                }
+                self.last_acked = Some(Newest { sent: rec, rtt });
+                (rec, rtt)
+            }
+            // Another transmit its record stands for (see `on_sent`): the RTT its first
+            // acknowledgement measured (the later ones left later when paced), dated by
+            // the record. Undated, a drain's acknowledgements went uncounted beside its
+            // losses: its noise read 4.6 % on a link losing 1 %, simulated.
+            None => match self.last_acked.filter(|n| n.sent.at == sent) {
+                Some(n) => (n.sent, n.rtt),
+                None => return,
+            },
         };
-        self.sent.pop_front();
-        self.delivered_at = now;
-        self.first_tx = rec.left;
-        let rtt = now.saturating_duration_since(rec.left);
-        self.min_rtt = self.min_rtt.min(rtt);
-        // Paced by the socket, quinn's smoothed RTT counts the holds: the model's comes
-        // from the packets' own times (RFC 6298's gain of 1/8).
-        if self.pace.is_some() {
-            self.srtt = match self.srtt.is_zero() {
-                true => rtt,
-                false => (self.srtt * 7 + rtt) / 8,
-            };
-        }
         if self.batch_newest.is_none_or(|n| n.sent.at <= rec.at) {
             self.batch_newest = Some(Newest { sent: rec, rtt });
         }
@@ -556,17 +580,24 @@ impl Host {
         }
         let mut a = self.ack(now);
         // As the kernel reports a loss with the ACK of a later packet: delivered as when
-        // the newest lost packet left (the model counts a drain's own losses by it).
-        let mut prior = self.delivered;
+        // the newest lost packet left (the model counts a drain's own losses by it, and
+        // a shallow buffer's overflows counted in a drain read as the channel's noise: a
+        // tunnel that took them for "now" measured 68 % noise beside a competitor and
+        // paced past the link). Its record may be gone: the same transmit's losses
+        // declared earlier took it, or it is older than any kept (then it is no drain's).
+        let mut prior = None;
         for q in [&mut self.unacked, &mut self.sent] {
             while q.front().is_some_and(|s| s.at <= sent) {
                 let r = q.pop_front().expect("just seen");
-                if r.at == sent {
-                    prior = r.delivered;
-                }
+                prior = Some((r.at, r.delivered));
             }
         }
-        a.prior_delivered = (prior / self.unit) as u32;
+        let prior = prior.or(self.last_loss.filter(|&(at, _)| at >= sent));
+        self.last_loss = prior.or(self.last_loss);
+        a.prior_delivered = match prior {
+            Some((_, d)) => (d / self.unit) as u32,
+            None => a.delivered.wrapping_sub(LONG_AGO),
+        };
         a.losses = (self.lost / self.unit - before) as u32;
         if a.losses == 0 {
             return;
@@ -694,21 +725,39 @@ mod tests {
     struct QuinnHost {
         host: Host,
         base: Instant,
+        /// quinn times every transmit of one driver pass alike: packets sent within the
+        /// same span of this many µs share a send time (0: each its own).
+        pass_us: u64,
     }
 
     impl QuinnHost {
+        fn new(base: Instant, pass_us: u64) -> QuinnHost {
+            QuinnHost {
+                host: Host::new(hop(), MSS, base),
+                base,
+                pass_us,
+            }
+        }
         fn at(&self, us: u64) -> Instant {
             self.base + Duration::from_micros(us)
+        }
+        /// When quinn says a packet sent at `us` was sent.
+        fn sent_at(&self, us: u64) -> Instant {
+            self.at(if self.pass_us > 0 {
+                us / self.pass_us * self.pass_us
+            } else {
+                us
+            })
         }
     }
 
     impl sim::Host for QuinnHost {
         fn on_sent(&mut self, now_us: u64, bytes: u64) {
-            let t = self.at(now_us);
+            let t = self.sent_at(now_us);
             self.host.on_sent(t, bytes);
         }
         fn on_acked(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
-            let (t, s) = (self.at(now_us), self.at(sent_us));
+            let (t, s) = (self.at(now_us), self.sent_at(sent_us));
             // quinn hands over the smoothed RTT of before this ACK, as the kernel's srtt.
             let srtt = if self.host.srtt.is_zero() {
                 t - s
@@ -720,7 +769,7 @@ mod tests {
             self.host.on_end_acks(t, in_flight);
         }
         fn on_lost(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
-            let (t, s) = (self.at(now_us), self.at(sent_us));
+            let (t, s) = (self.at(now_us), self.sent_at(sent_us));
             self.host.on_loss(t, s, false, bytes);
         }
         fn on_end_acks(&mut self, _now_us: u64) {}
@@ -739,12 +788,25 @@ mod tests {
         }
     }
 
+    const MSS: u64 = 1400;
+
     /// The two hosts of the one model, on the same simulated links: the kernel's (split's
     /// `satpep_sat`) and quinn's (the tunnel's) must agree, or one of them feeds the model
     /// something the other does not.
     #[test]
     fn the_tunnel_and_the_kernel_hosts_agree_on_simulated_links() {
-        const MSS: u64 = 1400;
+        hosts_agree(0);
+    }
+
+    /// As above with quinn's send times: one for every transmit of a driver pass (here 1 ms
+    /// of them). A group's losses once read as sent when declared, so a drain counted the
+    /// overflows of the rounds before it as the channel's noise.
+    #[test]
+    fn the_hosts_agree_when_quinn_times_transmits_alike() {
+        hosts_agree(1000);
+    }
+
+    fn hosts_agree(pass_us: u64) {
         type Trace = Box<dyn Fn(f64) -> Link>;
         let links: [(&str, Trace); 4] = [
             (
@@ -775,10 +837,7 @@ mod tests {
             let mut k = KernelHost::new(MSS as u32);
             let pk = sim::run(&mut k, &*link, MSS, 15.0);
             let base = Instant::now();
-            let mut q = QuinnHost {
-                host: Host::new(hop(), MSS, base),
-                base,
-            };
+            let mut q = QuinnHost::new(base, pass_us);
             let pq = sim::run(&mut q, &*link, MSS, 15.0);
             let (gk, gq) = (
                 sim::goodput(&pk, MSS, 3.0, 14.0),
@@ -811,8 +870,12 @@ mod tests {
                 k.model.channel_loss().unwrap_or(0.0),
                 q.host.model().channel_loss().unwrap_or(0.0),
             );
+            // Transmits timed alike move the drains, and an estimate over a few drains
+            // moves with them: 8.0 % with 1 ms passes, 11.7 % with 3 ms, on a link losing
+            // 11 % (10.9 % through the kernel's host).
+            let share = if pass_us > 0 { 0.35 } else { 0.2 };
             assert!(
-                (nq - nk).abs() <= 0.002 + 0.2 * nk,
+                (nq - nk).abs() <= 0.002 + share * nk,
                 "{name}: the channel's noise {nq:.4} through quinn's host, {nk:.4} through the kernel's"
             );
         }
