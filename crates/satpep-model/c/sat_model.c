@@ -50,6 +50,7 @@ struct sat_readings {
 	u32 queue_us;  /* queue the latest RTTs show */
 	u32 noise_ppm; /* the channel's loss rate as drains measured it */
 	u32 buffer_us; /* a shallow buffer's depth (0: none found) */
+	u32 burst;     /* the channel's mean burst of losses, segments (1: independent) */
 	u8 phase;
 	u8 drains;     /* drains behind noise_ppm (0: not measured yet) */
 };
@@ -61,6 +62,7 @@ void satm_read(const struct sat_model *m, struct sat_readings *r)
 	r->queue_us = queue_us(m);
 	r->noise_ppm = m->noise.clean_ppm;
 	r->buffer_us = m->noise.buffer_us;
+	r->burst = noise_burst(m);
 	r->phase = m->phase;
 	r->drains = m->noise.drains;
 }

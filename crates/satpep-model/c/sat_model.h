@@ -108,6 +108,8 @@
 #define SHALLOW_ROUNDS 2U
 /* Segments the noise estimate counts at most (older halve) and at least to be used. */
 #define NOISE_MEMORY 4000U
+/* The longest mean burst of losses the noise bound allows for, segments. */
+#define BURST_MAX 64U
 #define NOISE_MEASURED 100U
 
 /* One ACK, as the host saw it (the kernel's tcp_sock and rate_sample, in segments). */
@@ -147,6 +149,7 @@ struct sat_round {
 	u32 next;       /* `delivered` that ends it */
 	u32 acked;      /* segments delivered in it */
 	u32 lost;       /* segments lost in it */
+	u32 events;     /* ACKs in it that reported losses */
 	u32 cwnd;       /* window it began with */
 	u32 bw;         /* latest delivery-rate sample (START: highest), bytes/s */
 	u32 max_queue;  /* highest queue reading in it, us */
@@ -160,6 +163,7 @@ struct sat_round {
 struct sat_noise {
 	u32 acked;        /* segments sent in drains and delivered (older drains weigh less) */
 	u32 lost;         /* and lost */
+	u32 events;       /* ACKs that reported those losses: lost / events is the mean burst */
 	u32 clean_ppm;    /* loss rate of segments sent in drains, per million: a drain's
 			   * window is below the path's, so no buffer overflows then and
 			   * every loss is the channel's */
@@ -176,6 +180,7 @@ struct sat_drain {
 	u32 min_rtt;      /* lowest RTT of segments sent in it, us */
 	u32 acked;        /* segments sent in it and delivered */
 	u32 lost;         /* segments lost while those were acknowledged */
+	u32 events;       /* ACKs that reported losses of them */
 	u32 cut_from;     /* the window before the drains began */
 	u32 left_us;      /* queue the last drain left */
 	u32 ended_ms;     /* the last drain ended; in COMPETE, when it began */
@@ -442,6 +447,7 @@ SAT_FN void enter(struct sat_model *m, struct sat_window *w, const struct sat_ac
 		m->drain.min_rtt = SAT_NONE;
 		m->drain.acked = 0;
 		m->drain.lost = 0;
+		m->drain.events = 0;
 	}
 	t = target(m, w, a);
 	/* Down at once; up gradually (set_window), or the window leaves as a burst. */
@@ -485,12 +491,14 @@ SAT_FN void fold_clean_noise(struct sat_model *m)
 
 	m->noise.acked += m->drain.acked;
 	m->noise.lost += m->drain.lost;
+	m->noise.events += m->drain.events;
 	total = m->noise.acked + m->noise.lost;
 	/* Older drains weigh half once 4 000 segments are counted: the estimate follows a
 	 * channel that changes, over a few thousand segments. */
 	if (total > NOISE_MEMORY) {
 		m->noise.acked /= 2;
 		m->noise.lost /= 2;
+		m->noise.events /= 2;
 		total = m->noise.acked + m->noise.lost;
 	}
 	if (!total)
@@ -559,12 +567,42 @@ SAT_FN u32 min_rtt_span_us(const struct sat_model *m)
 }
 
 /* The most of the round's losses the channel's noise explains beside `acked` deliveries:
- * the expected count, three standard deviations and two segments. */
-SAT_FN u32 noise_bound(u32 acked, u32 noise_ppm)
+ * the expected count, three standard deviations and two bursts. Losses in bursts of mean
+ * length b (Gilbert-Elliott: rain, interference) vary far more than one by one: a round's
+ * count is a Poisson number of bursts of geometric length, variance expected x (2b - 1).
+ * Read as independent, a LEO link losing 1.4 % in bursts of 25 "overflowed a shallow
+ * buffer" every few seconds, simulated: a 780 ms buffer taken for 3 ms, and a slack of
+ * 1.5 ms that could not follow the path's RTT as it rose (the rate fell by a third). */
+SAT_FN u32 noise_bound(u32 acked, u32 noise_ppm, u32 burst)
 {
 	u32 expected = (u32)((u64)acked * noise_ppm / (USEC_PER_SEC - noise_ppm));
 
-	return expected + 3 * sat_sqrt(expected) + 2;
+	return expected + 3 * sat_sqrt((u32)min((u64)expected * (2 * burst - 1), 0xffffffffULL)) +
+	       2 * burst;
+}
+
+/* The channel's mean burst of losses, segments (1: independent), as the drains saw it. */
+SAT_FN u32 noise_burst(const struct sat_model *m)
+{
+	if (!m->noise.events || m->noise.lost <= m->noise.events)
+		return 1;
+	return min(m->noise.lost / m->noise.events, BURST_MAX);
+}
+
+/* The round so far lost more than the channel's noise explains, `noise_ppm` of segments:
+ * more segments, and in more separate losses (ACKs that reported some). A buffer that
+ * overflows under a paced window drops a segment here and there, each found apart; the
+ * channel's bursts come whole. Counted in segments alone, one clean drain (no burst in
+ * its 1 000 segments: one time in two on that LEO link) measured no noise, and the next
+ * two rounds with a burst each met "a shallow buffer". */
+SAT_FN bool beyond_noise(const struct sat_model *m, u32 noise_ppm)
+{
+	u32 acked = max(m->r.acked, 1U);
+	u32 seen = m->noise.acked + m->noise.lost;
+	u32 events_ppm = seen ? (u32)((u64)m->noise.events * USEC_PER_SEC / seen) : 0;
+
+	return m->r.lost > noise_bound(acked, noise_ppm, noise_burst(m)) &&
+	       m->r.events > noise_bound(acked, min(events_ppm, NOISE_MAX_PPM), 1);
 }
 
 /* The round's rate sample with the channel's noise counted in (the bottleneck served the
@@ -576,7 +614,8 @@ SAT_FN u32 noise_bound(u32 acked, u32 noise_ppm)
 SAT_FN u64 crossed(const struct sat_model *m, u32 noise_ppm)
 {
 	u32 acked = max(m->r.acked, 1U);
-	u32 credit = min(m->r.lost, noise_bound(acked, noise_ppm));
+	/* One by one: losses credited beyond that would be a competitor's overflows too. */
+	u32 credit = min(m->r.lost, noise_bound(acked, noise_ppm, 1));
 
 	return (u64)m->r.bw * (acked + credit) / acked;
 }
@@ -591,8 +630,8 @@ SAT_STEP learn_buffer(struct sat_model *m, const struct sat_ack *a)
 {
 	SAT_ARGS(m && a);
 	u32 total = m->r.acked + m->r.lost;
-	bool lossy = m->noise.drains &&
-		     m->r.lost > noise_bound(max(m->r.acked, 1U), m->noise.clean_ppm) && total >= 8;
+	bool lossy = m->noise.drains && total >= 8 &&
+		     beyond_noise(m, min(m->noise.clean_ppm, NOISE_MAX_PPM));
 	/* In CRUISE the queue stands at about the slack: losses with less than three quarters
 	 * of it met a buffer shallower than the slack. A probe, or growth after the start,
 	 * pushes the queue above the slack on purpose: losses there with less than the budget
@@ -643,6 +682,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	       m->r.cwnd >= segs_in(a, m->f.bw, base) && m->r.read && !m->r.queued;
 	m->r.acked = 0;
 	m->r.lost = 0;
+	m->r.events = 0;
 	/* Outside the start the latest sample stays until the next one: a queue met on the
 	 * ACK that ends a round would otherwise read a rate of zero and cut the model to half
 	 * of what the window delivers. */
@@ -762,6 +802,8 @@ SAT_STEP update_round(struct sat_model *m, struct sat_window *w, const struct sa
 	}
 	m->r.acked += a->acked;
 	m->r.lost += a->losses;
+	if (a->losses)
+		m->r.events++;
 	if (a->app_limited)
 		m->r.app_limited = 1;
 	if (a->rs_delivered > 0 && a->interval_us > 0) {
@@ -784,6 +826,8 @@ SAT_STEP update_round(struct sat_model *m, struct sat_window *w, const struct sa
 			m->drain.acked += a->acked;
 		}
 		m->drain.lost += a->losses;
+		if (a->losses)
+			m->drain.events++;
 	}
 	if (a->rs_delivered >= 0 && a->interval_us > 0 &&
 	    (s32)(a->prior_delivered - m->r.next) >= 0) {
@@ -895,7 +939,7 @@ SAT_FN bool dropping(const struct sat_model *m)
 	/* The noise bound (a square root) only when a rule may need it: this runs per ACK. */
 	if (!m->noise.drains || !(quarter || shallow_start))
 		return false;
-	return m->r.lost > noise_bound(max(m->r.acked, 1U), noise);
+	return beyond_noise(m, noise);
 }
 
 /* HyStart++'s delay threshold for leaving the start (RFC 9406: an eighth of the base RTT,

@@ -71,6 +71,7 @@ struct Readings {
     queue_us: u32,
     noise_ppm: u32,
     buffer_us: u32,
+    burst: u32,
     phase: u8,
     drains: u8,
 }
@@ -252,6 +253,13 @@ impl Model {
     pub fn channel_loss(&self) -> Option<f64> {
         let r = self.read();
         (r.drains > 0).then(|| r.noise_ppm as f64 / 1e6)
+    }
+
+    /// The channel's mean burst of losses, segments (1: independent losses), as drains
+    /// measured it (None until a drain did).
+    pub fn loss_burst(&self) -> Option<u32> {
+        let r = self.read();
+        (r.drains > 0).then_some(r.burst)
     }
 
     /// The depth of a buffer shallower than the slack, µs, once losses showed one.

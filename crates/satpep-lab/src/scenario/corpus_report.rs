@@ -31,6 +31,12 @@ pub struct LinkFigure {
     pub q95: Option<(f64, f64)>,
     /// Beside a competing end-to-end flow: the transfer's share of the two, %.
     pub share: Option<f64>,
+    /// Beside a competing end-to-end flow: what the competitor delivered beside this
+    /// configuration ÷ what it delivered beside its own kind (the end-to-end configuration
+    /// whose sender runs the competitor's controller). The share alone cannot tell taking
+    /// what a loss-limited competitor leaves unused from starving it: this is the harm
+    /// (Ware et al., "Beyond Jain's Fairness Index", HotNets 2019), as a fraction kept.
+    pub competitor_keeps: Option<f64>,
     /// Runs that failed, arrived short or stalled (no byte for a second after the warm-up).
     pub troubles: Vec<String>,
 }
@@ -59,6 +65,19 @@ pub fn figures(
         let name = r.point.first()?;
         part.drawn.iter().position(|l| &l.name == name)
     };
+    // The competing flow's sender is the server (a download), running its controller.
+    let sender_cc = |cell: usize| {
+        let h = &sc.cells[cell].spec.hosts;
+        h.both.overlaid(&h.server).cc
+    };
+    let competing = |cell: usize| {
+        let v: Vec<f64> = runs
+            .iter()
+            .filter(|x| x.cell == cell)
+            .filter_map(|x| x.beside.as_ref()?.competing_bps)
+            .collect();
+        (!v.is_empty()).then(|| mean(&v))
+    };
     let mut out = Vec::new();
     for r in res.iter().filter(|r| r.part == pi && r.utilization.n > 0) {
         let Some(link) = link_of(r) else { continue };
@@ -74,6 +93,14 @@ pub fn figures(
                     a
                 }
             });
+        let own_kind = res
+            .iter()
+            .filter(|o| o.part == pi && o.point == r.point && e2e.contains(&&o.config))
+            .find(|o| sender_cc(o.cell).is_some() && sender_cc(o.cell) == sender_cc(r.cell));
+        let competitor_keeps = match (competing(r.cell), own_kind.and_then(|o| competing(o.cell))) {
+            (Some(c), Some(k)) if k > 0.0 => Some(c / k),
+            _ => None,
+        };
         let cell_runs: Vec<&RunRecord> = runs.iter().filter(|x| x.cell == r.cell).collect();
         let spec = &sc.cells[r.cell].spec;
         let (dur, warm) = (spec.duration.secs(), spec.warmup_s());
@@ -110,6 +137,7 @@ pub fn figures(
             best_e2e: best,
             q95: (q.n > 0).then(|| (q.mean, queue_bound_ms(sc, r.cell).unwrap_or(f64::NAN))),
             share: (r.share.n > 0).then_some(r.share.mean),
+            competitor_keeps,
             troubles,
         });
     }
@@ -176,6 +204,8 @@ struct Over {
     /// Links beside a competing flow, and those whose share is in the target's range.
     shared: usize,
     fair: usize,
+    /// Beside a competing flow: what the competitor kept of its figure beside its own kind.
+    keeps: Vec<f64>,
     troubles: usize,
 }
 
@@ -193,6 +223,7 @@ fn over(figs: &[&LinkFigure], share_pct: (f64, f64)) -> Over {
         within: 0,
         shared: 0,
         fair: 0,
+        keeps: figs.iter().filter_map(|f| f.competitor_keeps).collect(),
         troubles: figs.iter().filter(|f| !f.troubles.is_empty()).count(),
     };
     for f in figs {
@@ -209,6 +240,14 @@ fn over(figs: &[&LinkFigure], share_pct: (f64, f64)) -> Over {
         }
     }
     o
+}
+
+/// A share beside a competitor, with what the competitor kept of its own kind's figure.
+fn share_cell(share: f64, keeps: Option<f64>) -> String {
+    match keeps {
+        Some(k) => format!("share {share:.1} %, competitor keeps {:.0} %", k * 100.0),
+        None => format!("share {share:.1} %"),
+    }
 }
 
 fn pct(x: f64) -> String {
@@ -268,12 +307,13 @@ pub fn section(
             q(&o.vs_best, 0.0),
             format!("{} of {}", o.within, o.queued),
             format!("{} of {}", o.fair, o.shared),
+            q(&o.keeps, 0.0),
             o.troubles.to_string(),
         ]);
     }
     doc.table(
         3,
-        "each configuration over the links: goodput % of the physical limit (steady: after the warm-up; from the first byte: the whole run), against the best end-to-end configuration on the same link, queueing delay p95 within the bound, share beside a competing flow",
+        "each configuration over the links: goodput % of the physical limit (steady: after the warm-up; from the first byte: the whole run), against the best end-to-end configuration on the same link, queueing delay p95 within the bound, share beside a competing flow and what the competitor keeps of what it delivers beside its own kind (end-to-end, its controller on both flows)",
         &Table {
             header: [
                 "configuration",
@@ -287,6 +327,7 @@ pub fn section(
                 "worst ÷ best e2e %",
                 "q95 ≤ bound",
                 "share in range",
+                "competitor keeps, least %",
                 "links with trouble",
             ]
             .map(String::from)
@@ -359,7 +400,7 @@ pub fn section(
                         format!("{} ({})", pct(f.best_e2e.0), f.best_e2e.1),
                         pct(f.from_start),
                         match (f.share, f.q95) {
-                            (Some(s), _) => format!("share {s:.1} %"),
+                            (Some(s), _) => share_cell(s, f.competitor_keeps),
                             (None, Some((q, b))) => format!("{q:.0} / {b:.0}"),
                             _ => "–".into(),
                         },
@@ -486,6 +527,73 @@ mod tests {
             series,
         });
         r
+    }
+
+    #[test]
+    fn the_competitor_keeps_is_read_against_its_own_kind() {
+        let sc = Scenario::parse(
+            r#"
+name = "k"
+duration = "10s"
+warmup = "2s"
+targets = { satpep = ["split"], end_to_end = ["end-to-end cubic", "end-to-end bbr"] }
+[[part]]
+name = "links"
+draw = { links = 1 }
+[[part.config]]
+name = "end-to-end cubic"
+hosts.both.cc = "cubic"
+[[part.config]]
+name = "end-to-end bbr"
+hosts.both.cc = "bbr"
+[[part.config]]
+name = "split"
+pep = { mode = "split" }
+hosts.both.cc = "cubic"
+"#,
+            false,
+        )
+        .unwrap();
+        // The competitor (each configuration's own end hosts' controller) delivered this.
+        let competing = |c: &str| match c {
+            "end-to-end cubic" => 4e6,
+            "end-to-end bbr" => 9e6,
+            _ => 1e6,
+        };
+        let runs: Vec<RunRecord> = sc
+            .cells
+            .iter()
+            .map(|c| {
+                let mut r = run_with(vec![(1.0, 1000)]);
+                r.cell = c.index;
+                r.utilization = Some(0.5);
+                r.samples = vec![5e6];
+                r.beside = Some(
+                    serde_json::from_value(serde_json::json!({
+                        "competing_bps": competing(&c.config)
+                    }))
+                    .unwrap(),
+                );
+                r
+            })
+            .collect();
+        let res = crate::scenario::report::summarize(&sc, &runs);
+        let figs = figures(&sc, 0, &res, &runs);
+        let keeps = |c: &str| {
+            figs.iter()
+                .find(|f| f.config == c)
+                .unwrap()
+                .competitor_keeps
+        };
+        // Beside split the cubic competitor kept a quarter of what it had beside cubic.
+        assert_eq!(keeps("split"), Some(0.25));
+        assert_eq!(keeps("end-to-end cubic"), Some(1.0));
+        // BBR's competitor is BBR: its own kind is that configuration itself.
+        assert_eq!(keeps("end-to-end bbr"), Some(1.0));
+        assert_eq!(
+            share_cell(80.0, keeps("split")),
+            "share 80.0 %, competitor keeps 25 %"
+        );
     }
 
     #[test]
