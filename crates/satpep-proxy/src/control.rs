@@ -142,6 +142,18 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         r,
         &|f| f.channel_loss,
     );
+    gauge(
+        "tunnel_loss_burst_packets",
+        "Mean length of the hop's bursts of noise losses, packets (1: independent), as the satellite controller measured it",
+        r,
+        &|f| f.loss_burst.map(|b| b as f64),
+    );
+    gauge(
+        "tunnel_shallow_buffer_seconds",
+        "Depth of a bottleneck buffer shallower than the satellite controller's slack, once losses showed one (the controller then queues half of it)",
+        r,
+        &|f| f.shallow_buffer.map(|d| d.as_secs_f64()),
+    );
     // A state set, as Prometheus writes one: 1 for the current phase, 0 for the others.
     let phases = Labelled::<Gauge<f64, AtomicU64>>::default();
     for (peer, f) in &figures {

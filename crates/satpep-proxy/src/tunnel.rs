@@ -584,6 +584,10 @@ pub struct TunnelFigures {
     pub model_rtt: Option<Duration>,
     /// The share of packets the satellite controller measured the hop losing to noise.
     pub channel_loss: Option<f64>,
+    /// The noise's mean burst, packets (1: independent losses).
+    pub loss_burst: Option<u64>,
+    /// A buffer shallower than the controller's slack, once losses showed one.
+    pub shallow_buffer: Option<Duration>,
     /// Flow-control stalls sent (the window sizing is wrong if these grow).
     pub blocked: u64,
     /// UDP bytes sent.
@@ -617,6 +621,8 @@ impl TunnelFigures {
             model_rate: r.rate(),
             model_rtt: r.base_rtt(),
             channel_loss: r.channel_loss(),
+            loss_burst: r.loss_burst(),
+            shallow_buffer: r.shallow_buffer(),
             pacing_rate: c.congestion_state().metrics().pacing_rate,
             blocked: s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked,
             udp_tx: s.udp_tx.bytes,

@@ -539,7 +539,7 @@ warmup = "2s"
 targets = { satpep = ["split"], end_to_end = ["end-to-end cubic", "end-to-end bbr"] }
 [[part]]
 name = "links"
-draw = { links = 1 }
+draw = { links = 4 }
 [[part.config]]
 name = "end-to-end cubic"
 hosts.both.cc = "cubic"

@@ -1430,6 +1430,8 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             "lost_packets" => |x| n(x.1.lost_packets),
             "udp_tx_bytes" => |x| n(x.1.udp_tx_bytes),
             "channel_loss" => |x| o(x.1.channel_loss, 4),
+            "loss_burst_packets" => |x| o(x.1.loss_burst, 0),
+            "shallow_buffer_ms" => |x| o(x.1.shallow_buffer_ms, 1),
         ],
     );
     vec![

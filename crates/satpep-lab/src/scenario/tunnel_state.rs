@@ -40,6 +40,12 @@ pub struct TunnelSample {
     /// (None before its first drain, and with other controllers).
     #[serde(default)]
     pub channel_loss: Option<f64>,
+    /// The noise's mean burst, packets, as the controller measured it.
+    #[serde(default)]
+    pub loss_burst: Option<f64>,
+    /// A buffer shallower than the controller's slack, ms, once it found one.
+    #[serde(default)]
+    pub shallow_buffer_ms: Option<f64>,
 }
 
 /// Where the lab's proxies serve `/metrics`: the proxy's default (the lab does not move it).
@@ -164,6 +170,8 @@ pub fn parse(text: &str, t: f64, host: Host) -> Option<TunnelSample> {
         lost_packets: None,
         udp_tx_bytes: None,
         channel_loss: None,
+        loss_burst: None,
+        shallow_buffer_ms: None,
     };
     let mut window = None;
     for (name, labels, v) in samples(text) {
@@ -177,6 +185,10 @@ pub fn parse(text: &str, t: f64, host: Host) -> Option<TunnelSample> {
                 s.model_base_rtt_ms = Some(v * 1e3)
             }
             "tunnel_channel_loss_ratio" if s.channel_loss.is_none() => s.channel_loss = Some(v),
+            "tunnel_loss_burst_packets" if s.loss_burst.is_none() => s.loss_burst = Some(v),
+            "tunnel_shallow_buffer_seconds" if s.shallow_buffer_ms.is_none() => {
+                s.shallow_buffer_ms = Some(v * 1e3)
+            }
             "tunnel_sent_packets_total" if s.sent_packets.is_none() => {
                 s.sent_packets = Some(v as u64)
             }
@@ -215,6 +227,8 @@ mod tests {
             satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"startup\"} 0.0\n\
             satpep_tunnel_controller_phase{peer=\"198.18.2.1:7701\",phase=\"drain\"} 1.0\n\
             satpep_tunnel_channel_loss_ratio{peer=\"198.18.2.1:7701\"} 0.0125\n\
+            satpep_tunnel_loss_burst_packets{peer=\"198.18.2.1:7701\"} 25\n\
+            satpep_tunnel_shallow_buffer_seconds{peer=\"198.18.2.1:7701\"} 0.003\n\
             satpep_tunnel_sent_packets_total{peer=\"198.18.2.1:7701\"} 120\n\
             satpep_tunnel_lost_packets_total{peer=\"198.18.2.1:7701\"} 7\n\
             satpep_tunnel_udp_bytes_total{peer=\"198.18.2.1:7701\",direction=\"up\"} 900\n\
@@ -232,6 +246,8 @@ mod tests {
         assert_eq!(s.lost_packets, Some(7));
         assert_eq!(s.udp_tx_bytes, Some(150_000));
         assert_eq!(s.channel_loss, Some(0.0125));
+        assert_eq!(s.loss_burst, Some(25.0));
+        assert_eq!(s.shallow_buffer_ms, Some(3.0));
         // A terminal sends up.
         assert_eq!(
             parse(text, 1.5, Host::Terminal).unwrap().udp_tx_bytes,

@@ -106,6 +106,10 @@ pub struct Readings {
     phase: AtomicU8,
     /// Parts per million; `u64::MAX` until a drain measured it.
     noise_ppm: AtomicU64,
+    /// The noise's mean burst, packets; 0 until a drain measured it.
+    burst: AtomicU64,
+    /// A shallow buffer's depth, µs; 0 while none was found.
+    buffer_us: AtomicU64,
     congestion: AtomicU64,
     random: AtomicU64,
 }
@@ -120,6 +124,8 @@ impl Default for Readings {
             base_rtt_us: AtomicU64::new(0),
             phase: AtomicU8::new(u8::MAX),
             noise_ppm: AtomicU64::new(u64::MAX),
+            burst: AtomicU64::new(0),
+            buffer_us: AtomicU64::new(0),
             congestion: AtomicU64::new(0),
             random: AtomicU64::new(0),
         }
@@ -152,6 +158,19 @@ impl Readings {
             .map(|p| p as f64 / 1e6)
     }
 
+    /// The noise's mean burst, packets (1: independent losses), as the drains measured it.
+    pub fn loss_burst(&self) -> Option<u64> {
+        Some(self.burst.load(Relaxed)).filter(|&b| b > 0)
+    }
+
+    /// The depth of a buffer shallower than the model's slack, once losses showed one: the
+    /// model then keeps half of it as its queue.
+    pub fn shallow_buffer(&self) -> Option<Duration> {
+        Some(self.buffer_us.load(Relaxed))
+            .filter(|&u| u > 0)
+            .map(Duration::from_micros)
+    }
+
     /// Loss events so far, by kind.
     pub fn losses(&self) -> LossCounts {
         LossCounts {
@@ -169,6 +188,10 @@ impl Readings {
             .store(phase.map_or(u8::MAX, |i| i as u8), Relaxed);
         let noise = model.channel_loss().map_or(u64::MAX, |l| (l * 1e6) as u64);
         self.noise_ppm.store(noise, Relaxed);
+        self.burst
+            .store(model.loss_burst().unwrap_or(0) as u64, Relaxed);
+        self.buffer_us
+            .store(model.shallow_buffer_us().unwrap_or(0) as u64, Relaxed);
         self.congestion.store(losses.congestion, Relaxed);
         self.random.store(losses.random, Relaxed);
     }
@@ -743,11 +766,9 @@ mod tests {
         }
         /// When quinn says a packet sent at `us` was sent.
         fn sent_at(&self, us: u64) -> Instant {
-            self.at(if self.pass_us > 0 {
-                us / self.pass_us * self.pass_us
-            } else {
-                us
-            })
+            self.at(us
+                .checked_div(self.pass_us)
+                .map_or(us, |n| n * self.pass_us))
         }
     }
 
