@@ -498,7 +498,8 @@ SAT_FN void fold_clean_noise(struct sat_model *m)
 	if (total > NOISE_MEMORY) {
 		m->noise.acked /= 2;
 		m->noise.lost /= 2;
-		m->noise.events /= 2;
+		/* Rounded up: a burst halved to no event would read as losses one by one. */
+		m->noise.events = (m->noise.events + 1) / 2;
 		total = m->noise.acked + m->noise.lost;
 	}
 	if (!total)
