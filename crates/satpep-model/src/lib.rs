@@ -218,53 +218,93 @@ impl Model {
         unsafe { satm_path(&self.state, &mut p) }.then_some(p)
     }
 
-    fn read(&self) -> Readings {
+    /// Everything the model shows, read at once (one call into the model).
+    pub fn snapshot(&self) -> Snapshot {
         let mut r = Readings::default();
         // SAFETY: as in `new`.
         unsafe { satm_read(&self.state, &mut r) };
-        r
+        Snapshot(r)
     }
 
     /// The phase.
     pub fn phase(&self) -> Phase {
+        self.snapshot().phase()
+    }
+
+    /// The model's rate, bytes/s (0 until measured).
+    pub fn bw(&self) -> u64 {
+        self.snapshot().bw()
+    }
+
+    /// The base RTT, µs (None until measured).
+    pub fn base_rtt_us(&self) -> Option<u32> {
+        self.snapshot().base_rtt_us()
+    }
+
+    /// The queue the latest RTT samples show, µs.
+    pub fn queue_us(&self) -> u32 {
+        self.snapshot().queue_us()
+    }
+
+    /// The share of segments the channel loses to noise (see [`Snapshot::channel_loss`]).
+    pub fn channel_loss(&self) -> Option<f64> {
+        self.snapshot().channel_loss()
+    }
+
+    /// The channel's mean burst of losses (see [`Snapshot::loss_burst`]).
+    pub fn loss_burst(&self) -> Option<u32> {
+        self.snapshot().loss_burst()
+    }
+
+    /// A shallow buffer's depth (see [`Snapshot::shallow_buffer_us`]).
+    pub fn shallow_buffer_us(&self) -> Option<u32> {
+        self.snapshot().shallow_buffer_us()
+    }
+}
+
+/// What the model shows at one moment ([`Model::snapshot`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot(Readings);
+
+impl Snapshot {
+    /// The phase.
+    pub fn phase(&self) -> Phase {
         Phase::ALL
-            .get(self.read().phase as usize)
+            .get(self.0.phase as usize)
             .copied()
             .unwrap_or(Phase::Startup)
     }
 
     /// The model's rate, bytes/s (0 until measured).
     pub fn bw(&self) -> u64 {
-        self.read().bw as u64
+        self.0.bw as u64
     }
 
     /// The base RTT, µs (None until measured).
     pub fn base_rtt_us(&self) -> Option<u32> {
-        Some(self.read().base_us).filter(|&b| b > 0)
+        Some(self.0.base_us).filter(|&b| b > 0)
     }
 
     /// The queue the latest RTT samples show, µs.
     pub fn queue_us(&self) -> u32 {
-        self.read().queue_us
+        self.0.queue_us
     }
 
     /// The share of segments the channel loses to noise, as drains measured it (None until
     /// a drain did).
     pub fn channel_loss(&self) -> Option<f64> {
-        let r = self.read();
-        (r.drains > 0).then(|| r.noise_ppm as f64 / 1e6)
+        (self.0.drains > 0).then(|| self.0.noise_ppm as f64 / 1e6)
     }
 
     /// The channel's mean burst of losses, segments (1: independent losses), as drains
     /// measured it (None until a drain did).
     pub fn loss_burst(&self) -> Option<u32> {
-        let r = self.read();
-        (r.drains > 0).then_some(r.burst)
+        (self.0.drains > 0).then_some(self.0.burst)
     }
 
     /// The depth of a buffer shallower than the slack, µs, once losses showed one.
     pub fn shallow_buffer_us(&self) -> Option<u32> {
-        Some(self.read().buffer_us).filter(|&b| b > 0)
+        Some(self.0.buffer_us).filter(|&b| b > 0)
     }
 }
 

@@ -180,6 +180,7 @@ impl Readings {
     }
 
     fn publish(&self, model: &Model, losses: LossCounts) {
+        let model = model.snapshot();
         self.rate.store(model.bw(), Relaxed);
         self.base_rtt_us
             .store(model.base_rtt_us().unwrap_or(0) as u64, Relaxed);
