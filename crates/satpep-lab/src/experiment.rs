@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// t1, fetch, overhead or outage, or faults' ends, outage, proxies or tunnel-peer).
     #[arg(long, value_name = "PART")]
     pub only: Option<String>,
+    /// Run only these drawn links (a corpus's link names, as its report lists them: L05 or
+    /// L05,L10), with the same --seed and --quick as the run that drew them: judge a
+    /// controller change on the links it is about, with --repetitions.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub link: Vec<String>,
     /// Results directory of a scenario [default: lab-results/NAME, or NAME-quick]. A
     /// directory holding part of the same scenario's runs is resumed.
     #[arg(long, value_name = "DIR")]
@@ -82,6 +87,9 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         Scenario::parse_with(&source, args.quick, &over).map_err(|e| format!("{what}: {e}"))?;
     if let Some(only) = &args.only {
         sc = sc.only(only)?;
+    }
+    if !args.link.is_empty() {
+        sc = sc.only_links(&args.link)?;
     }
     crate::sys::require_root()?;
     crate::catch_interrupts();

@@ -521,6 +521,54 @@ mod tests {
     }
 
     #[test]
+    fn a_scenario_reduced_to_drawn_links_keeps_their_cells_alone() {
+        let text = r#"
+name = "c"
+duration = "10s"
+seed = 7
+[[part]]
+name = "links"
+draw = { links = 5 }
+[[part.config]]
+name = "split"
+pep = { mode = "split" }
+[[part.config]]
+name = "tunnel"
+pep = { mode = "tunnel" }
+[[part]]
+name = "plain"
+link = { both = { rate = "10Mbit", delay = "300ms" } }
+[[part.config]]
+name = "cubic"
+"#;
+        let sc = crate::scenario::Scenario::parse(text, false).unwrap();
+        let l3 = sc.parts[0].drawn[2].clone();
+        let only = sc.clone().only_links(&["L03".into()]).unwrap();
+        assert_eq!(
+            only.parts.len(),
+            1,
+            "the part that draws no links is left out"
+        );
+        assert_eq!(only.parts[0].drawn.len(), 1);
+        assert_eq!(only.parts[0].drawn[0].name, "L03");
+        assert_eq!(only.cells.len(), 2);
+        for (i, c) in only.cells.iter().enumerate() {
+            assert_eq!((c.index, c.part), (i, 0));
+            assert_eq!(c.point[0], toml::Value::Table(l3.overlay.clone()));
+        }
+        let two = sc
+            .clone()
+            .only_links(&["L01".into(), "L05".into()])
+            .unwrap();
+        assert_eq!(two.cells.len(), 4);
+        let e = sc.only_links(&["L09".into()]).unwrap_err();
+        assert!(
+            e.contains("--link L09") && e.contains("L01, L02, L03, L04, L05"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn too_few_links_to_hold_every_family_is_an_error() {
         assert!(draw(1, 3).unwrap_err().contains("draw.links = 3"));
     }

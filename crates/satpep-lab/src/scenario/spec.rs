@@ -993,6 +993,55 @@ impl Scenario {
         Ok(self)
     }
 
+    /// The scenario reduced to the drawn links `names` (a corpus's `L05`, …): the parts that
+    /// draw links keep those links' cells, the others are left out (cells renumbered). So a
+    /// controller change is judged, with repetitions, on the links it is about.
+    pub fn only_links(mut self, names: &[String]) -> Result<Scenario, String> {
+        let drawn: Vec<&str> = self
+            .parts
+            .iter()
+            .flat_map(|p| p.drawn.iter().map(|l| l.name.as_str()))
+            .collect();
+        if drawn.is_empty() {
+            return Err("--link: this scenario draws no links".into());
+        }
+        if let Some(bad) = names.iter().find(|n| !drawn.contains(&n.as_str())) {
+            return Err(format!(
+                "--link {bad}: no such drawn link (links: {})",
+                drawn.join(", ")
+            ));
+        }
+        // A drawn part's first axis holds each link's overlay: a cell's link is the one
+        // whose overlay its point starts with.
+        let link_of = |c: &Cell, p: &Part| {
+            p.drawn
+                .iter()
+                .find(|l| c.point.first() == Some(&Value::Table(l.overlay.clone())))
+                .map(|l| l.name.clone())
+        };
+        let parts = std::mem::take(&mut self.parts);
+        let mut renumber = vec![None; parts.len()];
+        for (i, mut p) in parts.into_iter().enumerate() {
+            p.drawn.retain(|l| names.contains(&l.name));
+            if !p.drawn.is_empty() {
+                renumber[i] = Some(self.parts.len());
+                self.parts.push(p);
+            }
+        }
+        let cells = std::mem::take(&mut self.cells);
+        for mut c in cells {
+            let Some(np) = renumber[c.part] else { continue };
+            if link_of(&c, &self.parts[np]).is_none() {
+                continue;
+            }
+            c.part = np;
+            c.index = self.cells.len();
+            self.cells.push(c);
+        }
+        self.name = format!("{}-{}", self.name, names.join("-"));
+        Ok(self)
+    }
+
     /// The cells of part `p`.
     pub fn part_cells(&self, p: usize) -> impl Iterator<Item = &Cell> {
         self.cells.iter().filter(move |c| c.part == p)
