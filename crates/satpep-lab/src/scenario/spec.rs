@@ -1011,13 +1011,11 @@ impl Scenario {
                 drawn.join(", ")
             ));
         }
-        // A drawn part's first axis holds each link's overlay: a cell's link is the one
-        // whose overlay its point starts with.
-        let link_of = |c: &Cell, p: &Part| {
-            p.drawn
-                .iter()
-                .find(|l| c.point.first() == Some(&Value::Table(l.overlay.clone())))
-                .map(|l| l.name.clone())
+        // A drawn part's first axis is the links, each value shown by its link's name.
+        let kept = |c: &Cell, p: &Part| {
+            c.point
+                .first()
+                .is_some_and(|v| names.contains(&p.axes[0].show(v)))
         };
         let parts = std::mem::take(&mut self.parts);
         let mut renumber = vec![None; parts.len()];
@@ -1031,7 +1029,7 @@ impl Scenario {
         let cells = std::mem::take(&mut self.cells);
         for mut c in cells {
             let Some(np) = renumber[c.part] else { continue };
-            if link_of(&c, &self.parts[np]).is_none() {
+            if !kept(&c, &self.parts[np]) {
                 continue;
             }
             c.part = np;
