@@ -1,5 +1,5 @@
 //! The dashboard and alert rules in `dist/` against a real Prometheus (Debian's package)
-//! scraping a lab's terminal proxy in tunnel mode while a download runs: the rules pass
+//! scraping a lab's terminal proxy in tunnel mode while a transfer runs both ways: the rules pass
 //! `promtool check rules` and evaluate without error, every dashboard query and the series
 //! part of every alert expression return data, and stopping the proxy raises `SatpepDown`.
 
@@ -153,24 +153,40 @@ impl Drop for Prom {
     }
 }
 
-/// A download from the lab's server to its client that lasts `secs` seconds.
-fn download(lab: &satpep_lab::topology::Lab, secs: u64) -> std::thread::JoinHandle<()> {
+/// A transfer between the lab's server and its client that lasts `secs` seconds, both ways
+/// at once: the tunnel's model measures the rate of the side that sends, and a terminal that
+/// only acknowledges a download may not have measured one by the time the dashboard is read.
+fn transfer(lab: &satpep_lab::topology::Lab, secs: u64) -> std::thread::JoinHandle<()> {
     let listener = in_netns(&lab.ns(Host::Server), || {
         TcpListener::bind("0.0.0.0:9600").unwrap()
     })
     .join()
     .unwrap();
-    std::thread::spawn(move || {
-        if let Ok((mut s, _)) = listener.accept() {
-            let chunk = vec![7u8; 64 * 1024];
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(secs) && s.write_all(&chunk).is_ok() {}
-        }
-    });
-    in_netns(&lab.ns(Host::Client), || {
-        let mut s = TcpStream::connect("198.18.3.2:9600").unwrap();
+    // Writes for `secs` seconds, then closes the sending half.
+    let send = move |mut s: TcpStream| {
+        let chunk = vec![7u8; 64 * 1024];
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(secs) && s.write_all(&chunk).is_ok() {}
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    };
+    let drain = |mut s: TcpStream| {
         let mut buf = vec![0u8; 64 * 1024];
         while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+    };
+    std::thread::spawn(move || {
+        if let Ok((s, _)) = listener.accept() {
+            let r = s.try_clone().unwrap();
+            let reader = std::thread::spawn(move || drain(r));
+            send(s);
+            let _ = reader.join();
+        }
+    });
+    in_netns(&lab.ns(Host::Client), move || {
+        let s = TcpStream::connect("198.18.3.2:9600").unwrap();
+        let w = s.try_clone().unwrap();
+        let writer = std::thread::spawn(move || send(w));
+        drain(s);
+        let _ = writer.join();
     })
 }
 
@@ -200,7 +216,7 @@ fn alert_rules_stay_silent_on_a_healthy_split_proxy() {
         "[both]\nrate='20Mbit'\ndelay='50ms'\n",
         Some(Pep::default()),
     );
-    let _reader = download(&lab, 40);
+    let _traffic = transfer(&lab, 40);
     let prom = Prom::start(&lab, Host::Terminal, "obss");
     // Long enough for every rule to be evaluated on data (rates over a few scrapes).
     std::thread::sleep(Duration::from_secs(12));
@@ -268,7 +284,7 @@ fn the_dashboard_and_alert_rules_work_against_a_real_prometheus() {
     assert!(queries.len() >= 20, "{queries:?}");
 
     // The lab: a tunnel (the terminal has connection, leg, memory and tunnel metrics), and
-    // a download that lasts the whole test.
+    // a transfer both ways that lasts the whole test.
     let mut lab = lab_with(
         "obs",
         "[both]\nrate='20Mbit'\ndelay='50ms'\n",
@@ -277,7 +293,7 @@ fn the_dashboard_and_alert_rules_work_against_a_real_prometheus() {
             ..Default::default()
         }),
     );
-    let _reader = download(&lab, 60);
+    let _traffic = transfer(&lab, 60);
 
     // Prometheus in the terminal's namespace, scraping its proxy every second.
     let prom = Prom::start(&lab, Host::Terminal, "obs");
