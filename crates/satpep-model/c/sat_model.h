@@ -48,10 +48,13 @@
  * slack ends.
  *
  * A queue that is not its own (COMPETE): drains that keep leaving a queue bigger than this
- * sender's window, or a buffer that overflowed while the window held at or below the model,
- * mean a loss-based sender keeps the buffer full. The window then grows as CUBIC's, backs off
- * by 0.85 at a loss with a queue, and holds at least half of the link's rate over the RTT
- * now. After 20 s a drain tests whether the competitor left.
+ * sender's window, a buffer that overflowed while the window held at or below the model, or
+ * cuts that took the rate below an eighth of its peak (deeper than any fade the channel
+ * makes) mean a loss-based sender keeps the buffer full. The window then grows as CUBIC's,
+ * backs off by 0.85 at a loss with a queue and each time the queue is back where its losses
+ * showed the buffer full (which drops the competitor's packets: it backs off), and holds at
+ * least half of the link's rate over the RTT now. After 20 s a drain tests whether the
+ * competitor left.
  *
  * A buffer shallower than the budget: a round that loses far more than the channel's noise
  * while only a short queue stands met a full buffer. The slack then becomes half that queue
@@ -207,7 +210,10 @@ struct sat_compete {
 	u32 w_max;        /* the window at the last back-off, segments */
 	u32 k_ms;         /* when the curve gets back to w_max */
 	u32 epoch_ms;     /* when the curve began */
+	u32 full_us;      /* the longest queue a loss met while competing: the buffer full */
 	u8 loss;          /* share of a round's segments lost, /256, smoothed over ~4 rounds */
+	u8 at_full;       /* backed off at this full buffer; again once the queue fell */
+	u8 checking;      /* the drain under way checks whether the competitor left */
 };
 
 /* The whole state: what a host keeps per connection. */
@@ -464,6 +470,39 @@ SAT_FN void regrow(struct sat_model *m, struct sat_window *w, const struct sat_a
 	enter(m, w, a, SAT_START);
 }
 
+/* The channel slows a link this much at most: DVB-S2's modulations and codes span about
+ * 9x (QPSK 1/4 to 32APSK 9/10), and a deeper fade is an outage, which delivers nothing. */
+#define FADE_DEPTH 8U
+
+/* Cuts have taken the rate below the deepest fade while queues kept coming back: not the
+ * channel but another sender, whose window holds the queue whatever this one sends. Seed
+ * 40's L01 (3.4 Mbit/s GEO, a cubic download beside): drains whose queue shrank as a fade's
+ * does, because the competitor's curve happened to fall, cut the tunnel to 71 kbit/s; on the
+ * simulator the same link's drains ended "clean" at cubic's low points and reaction after
+ * reaction cut the model to 7 % of the link. */
+SAT_FN bool beyond_fades(const struct sat_model *m)
+{
+	return m->f.bw_peak && (u64)m->f.bw * FADE_DEPTH < m->f.bw_peak;
+}
+
+/* Another sender keeps the buffer full: compete. Start from half of what the link carried,
+ * not from where the cuts took the rate, and undo the drains' cuts as CUBIC would have lost
+ * one back-off there, with the curve heading back to the window before them. */
+SAT_FN void start_competing(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	u32 base = base_us(m), queue = queue_us(m);
+	u32 share = segs_in(a, m->f.bw_peak, base + queue) / 2;
+	u32 from = m->drain.cut_from;
+
+	w->cwnd = max(max(segs_in(a, m->f.bw, base + queue), share), MIN_CWND);
+	w->cwnd = max(w->cwnd, from / 10 * 7);
+	m->comp.loss = 0;
+	m->comp.full_us = 0;
+	m->comp.at_full = 0;
+	enter(m, w, a, SAT_COMPETE);
+	cubic_epoch(m, w, a, max(from, w->cwnd));
+}
+
 /* The queue is too long: the rate is what the bottleneck serves now; drain the queue. */
 SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
@@ -476,6 +515,10 @@ SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ac
 		by_rtt = rate_at_queue(m, w, a);
 		measured = max(m->r.bw, 1U);
 		set_bw(m, min(min(m->f.bw, by_rtt), max(measured, by_rtt / 2)));
+		if (beyond_fades(m)) {
+			start_competing(m, w, a);
+			return;
+		}
 	}
 	if (!m->f.bw) {
 		w->cwnd = max(w->cwnd / 2, MIN_CWND);
@@ -520,6 +563,7 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 
 	m->drain.ended_ms = now_ms(a);
 	m->drain.overflow = 0;
+	m->comp.checking = 0;
 	fold_clean_noise(m);
 	if (m->drain.min_rtt == SAT_NONE || m->drain.min_rtt <= base + margin_us(m, a)) {
 		/* Drained, but a buffer that overflowed under a window this small was filled
@@ -540,25 +584,17 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 	foreign = overflow ||
 		  (u64)m->f.bw_peak * queue / USEC_PER_SEC > 2ULL * w->cwnd * a->mss;
 	if ((m->drain.undrained >= 2 && foreign) || m->drain.undrained >= 4) {
-		/* Drains leave a queue: another sender keeps the buffer full. Start from half
-		 * of what the link carried, not from where the drains cut the rate, and undo
-		 * the drains' cuts as CUBIC would have lost one back-off there, with the curve
-		 * heading back to the window before them. */
-		u32 share = segs_in(a, m->f.bw_peak, base + queue) / 2;
-		u32 from = m->drain.cut_from;
-
-		w->cwnd = max(max(segs_in(a, m->f.bw, base + queue), share), MIN_CWND);
-		w->cwnd = max(w->cwnd, from / 10 * 7);
-		m->comp.loss = 0;
-		enter(m, w, a, SAT_COMPETE);
-		cubic_epoch(m, w, a, max(from, w->cwnd));
+		start_competing(m, w, a);
 		return 0;
 	}
 	/* The rate estimate is still too high: cut by what the queue says, 1/7 at least and
 	 * half at most, and drain again. */
 	by_rtt = rate_at_queue(m, w, a);
 	set_bw(m, min(m->f.bw - m->f.bw / 7, max(by_rtt, m->f.bw / 2)));
-	enter(m, w, a, SAT_DRAIN);
+	if (beyond_fades(m))
+		start_competing(m, w, a);
+	else
+		enter(m, w, a, SAT_DRAIN);
 	return 0;
 }
 
@@ -674,7 +710,11 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 		max2_sample(&m->f.rate, (u32)sample);
 	m->f.bw = max2_get(&m->f.rate);
 	max2_end_round(&m->f.rate, BW_BLOCK_ROUNDS);
-	m->f.bw_peak = max(m->f.bw_peak, m->f.bw);
+	/* Not from the competitive mode or the drain that checks whether the competitor left:
+	 * beside a full buffer their samples read high (a 3.4 Mbit/s link at 4.1, simulated),
+	 * and the fair share would grow with them. */
+	if (m->phase != SAT_COMPETE && !m->comp.checking)
+		m->f.bw_peak = max(m->f.bw_peak, m->f.bw);
 	/* A full window at the model's bandwidth-delay product met no queue at all: the model is
 	 * too slow (a fade ended, other traffic left, a drain cut too deep). */
 	/* (Not with a shallow buffer, which shows no queue even when the window is too large:
@@ -756,6 +796,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 			/* Has the competitor left? A drain at our share tells. The base RTT from
 			 * before it is what the drain compares with: competing did not age it. */
 			set_bw(m, rate_at_queue(m, w, a));
+			m->comp.checking = 1;
 			m->drain.undrained = 2;
 			m->f.base.stamp = now_ms(a);
 			enter(m, w, a, SAT_DRAIN);
@@ -881,7 +922,24 @@ SAT_STEP compete(struct sat_model *m, struct sat_window *w, const struct sat_ack
 		    bool too_long)
 {
 	SAT_ARGS(m && w && a);
-	if (a->losses > 0 && too_long && !m->r.reacted) {
+	u32 q = queue_us(m);
+	/* The queue is back where losses showed the buffer full: the drop-tail buffer drops
+	 * whatever arrives, the competitor's bursts first. CUBIC backs off at its losses; a
+	 * paced sender loses little there, and backing off only at its own losses it took 82 %
+	 * of the link from a CUBIC download (simulated, 3.4 Mbit/s GEO). Both back off at the
+	 * full buffer, once each time it fills, as two CUBIC senders do. */
+	bool full = m->comp.full_us > margin_us(m, a) && !m->comp.at_full &&
+		    q >= m->comp.full_us - m->comp.full_us / 16;
+
+	/* The buffer's depth is the queue this sender's own losses met (a bloated buffer that
+	 * the queue is still filling is not full at the longest queue so far). */
+	if (m->f.recent.n >= 3) {
+		if (a->losses > 0)
+			m->comp.full_us = max(m->comp.full_us, q);
+		if (q < m->comp.full_us / 4 * 3)
+			m->comp.at_full = 0;
+	}
+	if (((a->losses > 0 && too_long) || full) && !m->r.reacted) {
 		/* A loss with a queue: back off as the loss-based competitor does, by 0.85 (a
 		 * CUBIC aggregate of two flows: this one arrives late, after the drains gave
 		 * ground). */
@@ -889,6 +947,7 @@ SAT_STEP compete(struct sat_model *m, struct sat_window *w, const struct sat_ack
 		u32 got = max(m->f.bw, m->r.bw);
 
 		m->r.reacted = 1;
+		m->comp.at_full = 1;
 		/* The fair share is at most twice what this sender delivers (a link that slowed
 		 * while competing would otherwise keep the floor above the whole link), but only
 		 * once the rate samples are this mode's and for a shortfall of more than a third:

@@ -1,11 +1,12 @@
-//! A packet-level simulation of one sender on one bottleneck, for the model's tests and for
+//! A packet-level simulation of senders on one bottleneck, for the model's tests and for
 //! hosts' tests that compare their adapter with the kernel's semantics.
 //!
 //! The link is a FIFO with a rate that may change over time, a drop-tail buffer (bytes), a
 //! propagation delay and random loss (a frame lost on the link still used it). ACKs return
 //! one per packet on an uncongested path. A [`Host`] turns what the sender sees into calls
 //! of the model; [`KernelHost`] does what `satpep_sat.bpf.c` and the kernel do (the rate
-//! sample of `net/ipv4/tcp_rate.c`, losses found when a later packet is acknowledged).
+//! sample of `net/ipv4/tcp_rate.c`, losses found when a later packet is acknowledged);
+//! [`Cubic`] is the loss-based download that may share the bottleneck with it.
 
 use crate::{Ack, Model};
 use std::collections::VecDeque;
@@ -64,9 +65,14 @@ pub trait Host {
     fn window(&self) -> u64;
     /// Pacing rate, bytes/s (0: unpaced).
     fn pacing_rate(&self) -> u64;
+    /// When it begins to send, s (a competitor that arrives later).
+    fn starts_at(&self) -> f64 {
+        0.0
+    }
 }
 
 struct InFlight {
+    flow: usize,
     sent_us: u64,
     arrive: f64,
     lost: bool,
@@ -76,11 +82,26 @@ struct InFlight {
 /// Runs `host` for `secs` over `link(t)`, sending MTU-sized packets of `mss` payload bytes
 /// whenever the window and the pacer allow; returns every packet's fate.
 pub fn run(host: &mut dyn Host, link: &dyn Fn(f64) -> Link, mss: u64, secs: f64) -> Vec<Packet> {
-    let mut packets = Vec::new();
+    run_shared(&mut [host], link, mss, secs).remove(0)
+}
+
+/// Runs several senders through the one bottleneck (one FIFO, one buffer, one channel), each
+/// with its own window, pacer and ACKs: a competing download beside the model. Returns each
+/// host's packets.
+pub fn run_shared(
+    hosts: &mut [&mut dyn Host],
+    link: &dyn Fn(f64) -> Link,
+    mss: u64,
+    secs: f64,
+) -> Vec<Vec<Packet>> {
+    let n = hosts.len();
+    let mut packets: Vec<Vec<Packet>> = vec![Vec::new(); n];
+    // One queue of arrivals for all: the bottleneck is a FIFO and the path is shared, so
+    // packets (and drops, dated when a later packet would show them) arrive in send order.
     let mut flight: VecDeque<InFlight> = VecDeque::new();
-    let mut in_flight_bytes = 0u64;
+    let mut in_flight_bytes = vec![0u64; n];
+    let mut next_send = vec![0.0f64; n];
     let mut link_free = 0.0f64;
-    let mut next_send = 0.0f64;
     let mut now = 0.0f64;
     // A deterministic generator: the tests must not depend on a seed's luck.
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -94,36 +115,46 @@ pub fn run(host: &mut dyn Host, link: &dyn Fn(f64) -> Link, mss: u64, secs: f64)
     // Gilbert-Elliott: every frame in the bad state is lost.
     let mut bad = false;
     while now < secs {
-        let can_send = in_flight_bytes + mss <= host.window();
-        let t_send = if can_send {
-            next_send.max(now)
-        } else {
-            f64::INFINITY
-        };
+        // The sender that may send first (the lowest index on a tie).
+        let (flow, t_send) = (0..n)
+            .map(|i| {
+                let can_send = in_flight_bytes[i] + mss <= hosts[i].window();
+                (
+                    i,
+                    if can_send {
+                        next_send[i].max(now).max(hosts[i].starts_at())
+                    } else {
+                        f64::INFINITY
+                    },
+                )
+            })
+            .fold((0, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
         let t_ack = flight.front().map_or(f64::INFINITY, |p| p.arrive);
         if t_send.is_infinite() && t_ack.is_infinite() {
-            // Nothing in flight and no window: the host is stuck; a test says so.
+            // Nothing in flight and no window: the hosts are stuck; a test says so.
             break;
         }
         if t_ack <= t_send {
             now = t_ack;
+            let mut touched = vec![false; n];
             while let Some(p) = flight.front() {
                 if p.arrive > now {
                     break;
                 }
                 let p = flight.pop_front().unwrap();
-                in_flight_bytes -= mss;
+                let h = &mut hosts[p.flow];
+                touched[p.flow] = true;
+                in_flight_bytes[p.flow] -= mss;
                 if p.lost {
-                    host.on_lost(us(now), p.sent_us, mss);
+                    h.on_lost(us(now), p.sent_us, mss);
                 } else {
-                    packets[p.index] = Packet {
-                        acked: Some(now),
-                        ..packets[p.index]
-                    };
-                    host.on_acked(us(now), p.sent_us, mss);
+                    packets[p.flow][p.index].acked = Some(now);
+                    h.on_acked(us(now), p.sent_us, mss);
                 }
             }
-            host.on_end_acks(us(now));
+            for (h, _) in hosts.iter_mut().zip(&touched).filter(|(_, t)| **t) {
+                h.on_end_acks(us(now));
+            }
         } else {
             now = t_send;
             let l = link(now);
@@ -131,9 +162,10 @@ pub fn run(host: &mut dyn Host, link: &dyn Fn(f64) -> Link, mss: u64, secs: f64)
             let start = link_free.max(now);
             let queue = start - now;
             let queued_bytes = queue * l.rate_bps / 8.0;
-            host.on_sent(us(now), mss);
-            let index = packets.len();
-            packets.push(Packet {
+            let h = &mut hosts[flow];
+            h.on_sent(us(now), mss);
+            let index = packets[flow].len();
+            packets[flow].push(Packet {
                 sent: now,
                 acked: None,
                 queue,
@@ -142,6 +174,7 @@ pub fn run(host: &mut dyn Host, link: &dyn Fn(f64) -> Link, mss: u64, secs: f64)
                 // Dropped at the buffer: found lost when a later packet is acknowledged,
                 // about when it would have arrived.
                 flight.push_back(InFlight {
+                    flow,
                     sent_us: us(now),
                     arrive: start + l.rtt,
                     lost: true,
@@ -162,15 +195,16 @@ pub fn run(host: &mut dyn Host, link: &dyn Fn(f64) -> Link, mss: u64, secs: f64)
                     bad
                 };
                 flight.push_back(InFlight {
+                    flow,
                     sent_us: us(now),
                     arrive: link_free + l.rtt,
                     lost,
                     index,
                 });
             }
-            in_flight_bytes += mss;
-            let pace = host.pacing_rate();
-            next_send = if pace > 0 {
+            in_flight_bytes[flow] += mss;
+            let pace = h.pacing_rate();
+            next_send[flow] = if pace > 0 {
                 now + mss as f64 / pace as f64
             } else {
                 now
@@ -178,6 +212,121 @@ pub fn run(host: &mut dyn Host, link: &dyn Fn(f64) -> Link, mss: u64, secs: f64)
         }
     }
     packets
+}
+
+/// A plain CUBIC sender as Linux runs it by default (RFC 9438: β 0.7, C 0.4, the
+/// Reno-friendly region, slow start from ten segments; no HyStart, no pacing): the
+/// loss-based download a satellite user runs beside the PEP.
+#[derive(Debug, Clone)]
+pub struct Cubic {
+    mss: u64,
+    /// Window, segments.
+    cwnd: f64,
+    ssthresh: f64,
+    w_max: f64,
+    /// Reno's window over the same epoch, segments (the friendly region).
+    w_est: f64,
+    /// The epoch began (the first ACK after a back-off), s.
+    epoch: Option<f64>,
+    k: f64,
+    min_rtt: f64,
+    /// Losses of packets sent before this belong to the back-off already made.
+    recover_until_us: u64,
+    last_sent_us: u64,
+    start: f64,
+}
+
+impl Cubic {
+    /// A new connection of `mss`-byte segments.
+    pub fn new(mss: u64) -> Cubic {
+        Cubic {
+            mss,
+            cwnd: 10.0,
+            ssthresh: f64::INFINITY,
+            w_max: 0.0,
+            w_est: 0.0,
+            epoch: None,
+            k: 0.0,
+            min_rtt: f64::INFINITY,
+            recover_until_us: 0,
+            last_sent_us: 0,
+            start: 0.0,
+        }
+    }
+
+    /// The same sender, starting `secs` into the run.
+    pub fn starting_at(mut self, secs: f64) -> Cubic {
+        self.start = secs;
+        self
+    }
+}
+
+impl Host for Cubic {
+    fn on_sent(&mut self, now_us: u64, _bytes: u64) {
+        self.last_sent_us = now_us;
+    }
+
+    fn on_acked(&mut self, now_us: u64, sent_us: u64, _bytes: u64) {
+        const C: f64 = 0.4;
+        const BETA: f64 = 0.7;
+        let now = now_us as f64 * 1e-6;
+        self.min_rtt = self.min_rtt.min((now_us - sent_us) as f64 * 1e-6);
+        if self.cwnd < self.ssthresh {
+            self.cwnd += 1.0;
+            return;
+        }
+        let epoch = *self.epoch.get_or_insert_with(|| {
+            self.w_est = self.cwnd;
+            self.k = if self.w_max > self.cwnd {
+                ((self.w_max - self.cwnd) / C).cbrt()
+            } else {
+                0.0
+            };
+            if self.w_max < self.cwnd {
+                self.w_max = self.cwnd;
+            }
+            now
+        });
+        let t = now - epoch + self.min_rtt;
+        let target = C * (t - self.k).powi(3) + self.w_max;
+        self.w_est += 3.0 * (1.0 - BETA) / (1.0 + BETA) / self.cwnd;
+        let cubic = if target > self.cwnd {
+            self.cwnd + (target - self.cwnd).min(self.cwnd / 2.0) / self.cwnd
+        } else {
+            self.cwnd + 0.01 / self.cwnd
+        };
+        self.cwnd = cubic.max(self.w_est);
+    }
+
+    fn on_lost(&mut self, _now_us: u64, sent_us: u64, _bytes: u64) {
+        if sent_us < self.recover_until_us {
+            return;
+        }
+        self.recover_until_us = self.last_sent_us + 1;
+        // Fast convergence: a flow whose peak fell leaves room for a newcomer.
+        self.w_max = if self.cwnd < self.w_max {
+            self.cwnd * (1.0 + 0.7) / 2.0
+        } else {
+            self.cwnd
+        };
+        self.cwnd = (self.cwnd * 0.7).max(2.0);
+        self.ssthresh = self.cwnd;
+        self.epoch = None;
+    }
+
+    fn on_end_acks(&mut self, _now_us: u64) {}
+
+    fn window(&self) -> u64 {
+        self.cwnd as u64 * self.mss
+    }
+
+    fn pacing_rate(&self) -> u64 {
+        0
+    }
+
+    fn starts_at(&self) -> f64 {
+        self.start
+    }
 }
 
 /// The kernel's side of `satpep_sat`: per-packet delivery bookkeeping (`tcp_rate.c`), one

@@ -282,3 +282,161 @@ fn long_bursts_of_loss_on_a_leo_pass_are_noise() {
         "bursts of loss are no shallow buffer"
     );
 }
+
+/// The kernel's host, noting each phase the model enters and when (s).
+struct Watch {
+    host: KernelHost,
+    phases: Vec<(f64, Phase)>,
+}
+
+impl Watch {
+    fn new() -> Watch {
+        Watch {
+            host: KernelHost::new(MSS as u32),
+            phases: vec![(0.0, Phase::Startup)],
+        }
+    }
+
+    /// When the model first entered `phase`, s.
+    fn entered(&self, phase: Phase) -> Option<f64> {
+        self.phases.iter().find(|p| p.1 == phase).map(|p| p.0)
+    }
+}
+
+impl sim::Host for Watch {
+    fn on_sent(&mut self, now_us: u64, bytes: u64) {
+        self.host.on_sent(now_us, bytes)
+    }
+    fn on_acked(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
+        self.host.on_acked(now_us, sent_us, bytes);
+        let p = self.host.model.phase();
+        if self.phases.last().is_some_and(|l| l.1 != p) {
+            self.phases.push((now_us as f64 * 1e-6, p));
+        }
+    }
+    fn on_lost(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
+        self.host.on_lost(now_us, sent_us, bytes)
+    }
+    fn on_end_acks(&mut self, now_us: u64) {
+        self.host.on_end_acks(now_us)
+    }
+    fn window(&self) -> u64 {
+        self.host.window()
+    }
+    fn pacing_rate(&self) -> u64 {
+        self.host.pacing_rate()
+    }
+}
+
+/// The model and a CUBIC download that arrives at `cubic_at` s through one bottleneck: each
+/// one's goodput in `from..to` as a share of the limit.
+fn beside_cubic(
+    name: &str,
+    link: &dyn Fn(f64) -> Link,
+    rate: f64,
+    cubic_at: f64,
+    secs: f64,
+    windows: &[(f64, f64)],
+) -> (Watch, Vec<(f64, f64)>) {
+    let mut h = Watch::new();
+    let mut c = sim::Cubic::new(MSS).starting_at(cubic_at);
+    let p = sim::run_shared(&mut [&mut h, &mut c], link, MSS, secs);
+    println!("{name}: phases {:?}", h.phases);
+    let shares = windows
+        .iter()
+        .map(|&(from, to)| {
+            let ours = goodput(&p[0], MSS, from, to) / limit(rate);
+            let theirs = goodput(&p[1], MSS, from, to) / limit(rate);
+            let lost = |p: &[sim::Packet]| {
+                let sent = p.iter().filter(|x| x.sent >= from && x.sent < to);
+                let n = sent.clone().count().max(1);
+                sent.filter(|x| x.acked.is_none()).count() as f64 / n as f64 * 100.0
+            };
+            println!(
+                "{name} {from}-{to} s: model {:.1} % (lost {:.1} %), cubic {:.1} % (lost {:.1} %), queue p95 {:.0} ms",
+                ours * 100.0,
+                lost(&p[0]),
+                theirs * 100.0,
+                lost(&p[1]),
+                queue_p95(&p[1], from, to) * 1e3,
+            );
+            (ours, theirs)
+        })
+        .collect();
+    (h, shares)
+}
+
+#[test]
+fn beside_a_cubic_download_that_arrives_the_model_competes() {
+    // Seed 40's L01 without its ACM steps: 3.4 Mbit/s, 617 ms, a 309 ms buffer; the
+    // download arrives once the model has found the link. Reaction after reaction to its
+    // queue cut the model to 7 % of the link, each drain ending "clean" at one of the
+    // competitor's low points, until cuts past any fade's depth meant a competitor.
+    let (h, shares) = beside_cubic(
+        "GEO 3.4 Mbit/s, cubic from 8 s",
+        &link(3.4e6, 0.617, 0.309, 0.0),
+        3.4e6,
+        8.0,
+        90.0,
+        &[(30.0, 60.0), (60.0, 90.0)],
+    );
+    assert!(h.entered(Phase::Compete).is_some(), "{:?}", h.phases);
+    for (ours, theirs) in shares {
+        assert!(
+            ours + theirs >= 0.85,
+            "the link idles: {ours:.2} + {theirs:.2}"
+        );
+        let share = ours / (ours + theirs);
+        assert!((0.25..=0.75).contains(&share), "share {share:.2}");
+    }
+}
+
+#[test]
+fn acm_steps_and_an_abrupt_fade_are_no_competitor() {
+    // The deepest the corpus's channel goes: ACM steps between a quarter of the rate and
+    // all of it, then a fade to a fifth and back at once; alone on the link, the model
+    // must never take its own queue for another sender's.
+    let steps = [
+        1.0, 0.5, 0.25, 0.5, 1.0, 0.5, 0.25, 0.25, 1.0, 0.2, 0.2, 1.0, 1.0,
+    ];
+    let l = move |t: f64| Link {
+        rate_bps: 20e6 * steps[((t / 3.0) as usize).min(steps.len() - 1)],
+        rtt: 0.6,
+        buffer: 20e6 / 8.0 * 0.5,
+        loss: 0.0,
+        burst: 1.0,
+    };
+    let mut h = Watch::new();
+    let p = run(&mut h, &l, MSS, 39.0);
+    println!("phases {:?}", h.phases);
+    let q = queue_p95(&p, 5.0, 39.0) * 1e3;
+    println!("queue p95 {q:.0} ms");
+    assert_eq!(h.entered(Phase::Compete), None, "{:?}", h.phases);
+}
+
+#[test]
+fn two_cubic_downloads_share_the_simulated_bottleneck() {
+    // The simulator's competitor against itself, so that what the model gets beside it is
+    // read against a fair share the simulator can give.
+    let mut a = sim::Cubic::new(MSS);
+    let mut b = sim::Cubic::new(MSS).starting_at(8.0);
+    let p = sim::run_shared(
+        &mut [&mut a, &mut b],
+        &link(3.4e6, 0.617, 0.309, 0.0),
+        MSS,
+        90.0,
+    );
+    let first = goodput(&p[0], MSS, 60.0, 90.0) / limit(3.4e6);
+    let second = goodput(&p[1], MSS, 60.0, 90.0) / limit(3.4e6);
+    println!(
+        "two cubics 60-90 s: {:.1} % and {:.1} %",
+        first * 100.0,
+        second * 100.0
+    );
+    assert!(first + second >= 0.85, "the link idles");
+    let share = second / (first + second);
+    assert!(
+        (0.3..=0.7).contains(&share),
+        "the newcomer's share {share:.2}"
+    );
+}
