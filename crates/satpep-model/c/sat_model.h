@@ -925,7 +925,7 @@ SAT_STEP compete(struct sat_model *m, struct sat_window *w, const struct sat_ack
 	u32 q = queue_us(m);
 	/* The queue is back where losses showed the buffer full: the drop-tail buffer drops
 	 * whatever arrives, the competitor's bursts first. CUBIC backs off at its losses; a
-	 * paced sender loses little there, and backing off only at its own losses it took 82 %
+	 * paced sender loses little there, and backing off only at its own losses it took 88 %
 	 * of the link from a CUBIC download (simulated, 3.4 Mbit/s GEO). Both back off at the
 	 * full buffer, once each time it fills, as two CUBIC senders do. */
 	bool full = m->comp.full_us > margin_us(m, a) && !m->comp.at_full &&
