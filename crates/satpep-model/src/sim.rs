@@ -101,6 +101,8 @@ pub fn run_shared(
     let mut flight: VecDeque<InFlight> = VecDeque::new();
     let mut in_flight_bytes = vec![0u64; n];
     let mut next_send = vec![0.0f64; n];
+    // Which hosts the ACKs of one moment reached (kept across moments: this loop is hot).
+    let mut touched = vec![false; n];
     let mut link_free = 0.0f64;
     let mut now = 0.0f64;
     // A deterministic generator: the tests must not depend on a seed's luck.
@@ -136,7 +138,7 @@ pub fn run_shared(
         }
         if t_ack <= t_send {
             now = t_ack;
-            let mut touched = vec![false; n];
+            touched.fill(false);
             while let Some(p) = flight.front() {
                 if p.arrive > now {
                     break;
