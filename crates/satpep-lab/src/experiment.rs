@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// A scenario file (FILE.toml) or a preset (demo, field, corpus, tunnel, cc-sweep, relay-overhead,
-    /// link-accuracy, load, faults, lawson2006, bharadwaj1999, urke2011, shao2002,
+    /// throughput, link-accuracy, load, faults, lawson2006, bharadwaj1999, urke2011, shao2002,
     /// vanzara2017; `--list` describes them).
     #[arg(required_unless_present = "list")]
     pub experiment: Option<String>,

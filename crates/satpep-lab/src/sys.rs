@@ -115,6 +115,25 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     user + system
 }
 
+/// CPU seconds the whole machine has been busy, all CPUs together (user, nice, system, irq
+/// and softirq time of /proc/stat; not idle, I/O wait or time stolen by the hypervisor).
+/// A proxy's own figure leaves out kernel work done for it in another task's context (a
+/// veth delivers a frame in its sender's softirq), and charges it with work done for others;
+/// the machine's figure counts every cost once. `None` without /proc/stat.
+pub fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+    let f: Vec<f64> = cpu
+        .split_whitespace()
+        .map(|v| v.parse::<f64>().unwrap_or(0.0))
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| f.get(i)).sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(busy / hz)
+}
+
 /// (user, system) CPU seconds process `pid` has used; zeros if it is gone.
 pub fn cpu_user_system(pid: u32) -> (f64, f64) {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

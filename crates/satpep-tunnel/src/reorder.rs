@@ -130,6 +130,9 @@ pub struct InOrder {
     chunk: usize,
     /// Bytes handed back with [`InOrder::unread`], delivered first.
     back: Option<Bytes>,
+    /// The stream's end (`Ok`) or failure, met by [`InOrder::read_batch`] while it gathered
+    /// what had arrived; the next read reports it (quinn reports an end only once).
+    ended: Option<Result<(), String>>,
 }
 
 impl InOrder {
@@ -139,6 +142,7 @@ impl InOrder {
             buf: Reorder::new(limit),
             chunk,
             back: None,
+            ended: None,
         }
     }
 
@@ -167,6 +171,12 @@ impl InOrder {
             if let Some(b) = self.buf.pop() {
                 return Ok(Some(b));
             }
+            match self.ended.take() {
+                Some(Ok(())) if self.buf.is_empty() => return Ok(None),
+                Some(Ok(())) => return Err("stream ended with bytes missing".into()),
+                Some(Err(e)) => return Err(e),
+                None => {}
+            }
             match r.read_chunk(self.chunk, false).await {
                 Ok(Some(c)) => self
                     .buf
@@ -180,6 +190,62 @@ impl InOrder {
             }
         }
     }
+}
+
+impl InOrder {
+    /// The next bytes in order, as [`InOrder::read`] gives them, and behind them whatever
+    /// else has arrived in order, up to `most` bytes, in `out` (cleared first): one write of
+    /// all of it costs the socket one system call and a few large packets instead of one per
+    /// QUIC packet's piece. `Ok(false)` at the stream's end; errors as [`InOrder::read`].
+    pub async fn read_batch(
+        &mut self,
+        r: &mut quinn::RecvStream,
+        most: usize,
+        out: &mut Vec<Bytes>,
+    ) -> Result<bool, String> {
+        out.clear();
+        let Some(first) = self.read(r).await? else {
+            return Ok(false);
+        };
+        let mut n = first.len();
+        out.push(first);
+        while n < most && out.len() < BATCH_PIECES {
+            if let Some(b) = self.buf.pop() {
+                n += b.len();
+                out.push(b);
+                continue;
+            }
+            if self.ended.is_some() {
+                break;
+            }
+            // What quinn holds already; nothing is waited for (read_chunk is cancel-safe).
+            match ready_now(r.read_chunk(self.chunk, false)).await {
+                Some(Ok(Some(c))) => self
+                    .buf
+                    .insert(c.offset, c.bytes)
+                    .map_err(|e| e.to_string())?,
+                Some(Ok(None)) => self.ended = Some(Ok(())),
+                Some(Err(e)) => self.ended = Some(Err(e.to_string())),
+                None => break,
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Most pieces one batch gathers (a write takes at most 1 024 buffers).
+const BATCH_PIECES: usize = 512;
+
+/// `f`'s output if it is ready at its first poll; `None` (and `f` dropped) if not.
+async fn ready_now<F: std::future::Future>(f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match f.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
 }
 
 #[cfg(test)]

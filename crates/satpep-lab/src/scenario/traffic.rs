@@ -113,6 +113,10 @@ pub struct RunRecord {
     /// With proxies: the CPU time they used during the run, all together, s.
     #[serde(default)]
     pub proxy_cpu_s: Option<f64>,
+    /// The whole machine's busy CPU time during the run, all CPUs, s (end hosts, emulator,
+    /// proxies and the kernel's work for them: see [`crate::sys::machine_busy_seconds`]).
+    #[serde(default)]
+    pub machine_cpu_s: Option<f64>,
     /// With proxies: how many ran.
     #[serde(default)]
     pub proxies: u32,
@@ -419,6 +423,7 @@ pub fn run_once(
         limit_bps: None,
         provenance: Some(super::provenance::Provenance::here()),
         proxy_cpu_s: None,
+        machine_cpu_s: None,
         proxies: 0,
         wall_s: 0.0,
         payload_bytes: None,
@@ -430,6 +435,7 @@ pub fn run_once(
     };
     let pids = lab.state().proxy_pids.clone();
     let cpu0: f64 = pids.iter().map(|&p| crate::sys::cpu_seconds(p)).sum();
+    let machine0 = crate::sys::machine_busy_seconds();
     let t0 = Instant::now();
     let before = lab.link_stats().ok();
     let kind = spec.traffic.kind();
@@ -463,6 +469,9 @@ pub fn run_once(
     }
     rec.leg_retransmits = per_flow.values().sum();
     rec.wall_s = t0.elapsed().as_secs_f64();
+    if let (Some(a), Some(b)) = (machine0, crate::sys::machine_busy_seconds()) {
+        rec.machine_cpu_s = Some(b - a);
+    }
     if !pids.is_empty() {
         let cpu: f64 = pids.iter().map(|&p| crate::sys::cpu_seconds(p)).sum();
         rec.proxy_cpu_s = Some(cpu - cpu0);
