@@ -185,6 +185,20 @@ fn per_payload_byte(runs: &[&RunRecord], link: impl Fn(&RunRecord) -> u64) -> Su
     )
 }
 
+/// `cost` of each run (CPU seconds) per gigabyte its flows delivered, over the runs that
+/// delivered any and have the figure.
+fn per_gb_delivered(runs: &[&RunRecord], cost: impl Fn(&RunRecord) -> Option<f64>) -> Summary {
+    Summary::of(
+        &runs
+            .iter()
+            .filter_map(|r| {
+                let gb = r.flows.iter().map(|f| f.bytes).sum::<u64>() as f64 / 1e9;
+                Some(cost(r)? / gb).filter(|_| gb > 0.0)
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
 /// Summarizes `runs` per cell of `sc`.
 pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
     sc.cells
@@ -290,25 +304,10 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                         .filter_map(|r| Some(r.proxy_cpu_s? / r.wall_s))
                         .collect::<Vec<_>>(),
                 ),
-                proxy_cpu_s_per_gb: Summary::of(
-                    &mine
-                        .iter()
-                        .filter_map(|r| {
-                            let gb = r.flows.iter().map(|f| f.bytes).sum::<u64>() as f64 / 1e9;
-                            (gb > 0.0 && r.proxies > 0)
-                                .then(|| Some(r.proxy_cpu_s? / r.proxies as f64 / gb))?
-                        })
-                        .collect::<Vec<_>>(),
-                ),
-                machine_cpu_s_per_gb: Summary::of(
-                    &mine
-                        .iter()
-                        .filter_map(|r| {
-                            let gb = r.flows.iter().map(|f| f.bytes).sum::<u64>() as f64 / 1e9;
-                            (gb > 0.0).then(|| Some(r.machine_cpu_s? / gb))?
-                        })
-                        .collect::<Vec<_>>(),
-                ),
+                proxy_cpu_s_per_gb: per_gb_delivered(&mine, |r| {
+                    (r.proxies > 0).then(|| Some(r.proxy_cpu_s? / r.proxies as f64))?
+                }),
+                machine_cpu_s_per_gb: per_gb_delivered(&mine, |r| r.machine_cpu_s),
                 link_fwd_per_byte: per_payload_byte(&mine, |r| r.link.fwd_bytes),
                 link_ret_per_byte: per_payload_byte(&mine, |r| r.link.ret_bytes),
                 link_check: LinkCheck::of(&mine),
