@@ -173,26 +173,31 @@ impl InOrder {
             }
             match self.ended.take() {
                 Some(Ok(())) if self.buf.is_empty() => return Ok(None),
+                // quinn reports the end only once every byte arrived; this cannot happen
+                // unless the peer misbehaves.
                 Some(Ok(())) => return Err("stream ended with bytes missing".into()),
                 Some(Err(e)) => return Err(e),
                 None => {}
             }
-            match r.read_chunk(self.chunk, false).await {
-                Ok(Some(c)) => self
-                    .buf
-                    .insert(c.offset, c.bytes)
-                    .map_err(|e| e.to_string())?,
-                Ok(None) if self.buf.is_empty() => return Ok(None),
-                // quinn reports the end only once every byte arrived; this cannot happen
-                // unless the peer misbehaves.
-                Ok(None) => return Err("stream ended with bytes missing".into()),
-                Err(e) => return Err(e.to_string()),
-            }
+            let got = r.read_chunk(self.chunk, false).await;
+            self.take(got)?;
         }
     }
-}
 
-impl InOrder {
+    /// Takes what quinn's `read_chunk` gave: a piece into the reorder buffer, the stream's
+    /// end or failure into `ended` for the next read to report.
+    fn take(&mut self, got: Result<Option<quinn::Chunk>, quinn::ReadError>) -> Result<(), String> {
+        match got {
+            Ok(Some(c)) => self
+                .buf
+                .insert(c.offset, c.bytes)
+                .map_err(|e| e.to_string())?,
+            Ok(None) => self.ended = Some(Ok(())),
+            Err(e) => self.ended = Some(Err(e.to_string())),
+        }
+        Ok(())
+    }
+
     /// The next bytes in order, as [`InOrder::read`] gives them, and behind them whatever
     /// else has arrived in order, up to `most` bytes, in `out` (cleared first): one write of
     /// all of it costs the socket one system call and a few large packets instead of one per
@@ -220,12 +225,7 @@ impl InOrder {
             }
             // What quinn holds already; nothing is waited for (read_chunk is cancel-safe).
             match ready_now(r.read_chunk(self.chunk, false)).await {
-                Some(Ok(Some(c))) => self
-                    .buf
-                    .insert(c.offset, c.bytes)
-                    .map_err(|e| e.to_string())?,
-                Some(Ok(None)) => self.ended = Some(Ok(())),
-                Some(Err(e)) => self.ended = Some(Err(e.to_string())),
+                Some(got) => self.take(got)?,
                 None => break,
             }
         }
