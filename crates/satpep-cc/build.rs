@@ -133,8 +133,10 @@ fn main() {
         )
         .unwrap();
     }
-    gen += "];\n\n/// Loads `name` with `opts`; None if no bundled controller has that name.\n";
-    gen += "fn load_bundled(name: &str, opts: &Options) -> Result<Option<libbpf_rs::Link>, String> {\n";
+    gen += "];\n\n/// A controller's links: its struct_ops registration, then its iterators.\n";
+    gen += "type Links = (libbpf_rs::Link, Vec<libbpf_rs::Link>);\n\n";
+    gen += "/// Loads `name` with `opts`; None if no bundled controller has that name.\n";
+    gen += "fn load_bundled(name: &str, opts: &Options) -> Result<Option<Links>, String> {\n";
     gen += "    let _ = opts;\n    Ok(Some(match name {\n";
     for s in &sources {
         let mut set = String::new();

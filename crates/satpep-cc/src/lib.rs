@@ -37,11 +37,37 @@ macro_rules! load_skel {
             .map_err(|e| explain($name, e))?;
         $configure
         let mut skel = $open.load().map_err(|e| explain($name, e))?;
-        skel.maps
+        let link = skel
+            .maps
             .$map
             .attach_struct_ops()
-            .map_err(|e| explain($name, e))?
+            .map_err(|e| explain($name, e))?;
+        let iters = attach_state_iterators($name, libbpf_rs::skel::Skel::object(&skel))?;
+        (link, iters)
     }};
+}
+
+/// Attaches a controller's socket-storage iterators (`SEC("iter/bpf_sk_storage_map")`:
+/// `satpep_sat`'s `sat_states`) to its [`STATE_MAP`]; none for controllers without one.
+fn attach_state_iterators(
+    name: &str,
+    obj: &libbpf_rs::Object,
+) -> Result<Vec<libbpf_rs::Link>, String> {
+    use libbpf_rs::MapCore;
+    let progs: Vec<_> = obj
+        .progs_mut()
+        .filter(|p| p.section() == "iter/bpf_sk_storage_map")
+        .collect();
+    if progs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let map = obj.maps().find(|m| m.name() == STATE_MAP).ok_or_else(|| {
+        format!("{name}: an iterator over socket storage, but no {STATE_MAP} map")
+    })?;
+    progs
+        .iter()
+        .map(|p| p.attach_iter(map.as_fd()).map_err(|e| explain(name, e)))
+        .collect()
 }
 
 /// A congestion control shipped with satpep.
@@ -90,6 +116,8 @@ pub struct Loaded {
     /// Its name.
     pub name: &'static str,
     link: libbpf_rs::Link,
+    /// Its iterator over the sockets' models (`satpep_sat`), pinned beside it.
+    states: Option<libbpf_rs::Link>,
 }
 
 /// Where `satpep cc load --pin` keeps the links.
@@ -115,8 +143,38 @@ impl Loaded {
             obj_pin(self.link.as_fd(), &marker)
                 .map_err(|e| format!("cannot pin {} at {}: {e}", self.name, marker.display()))?;
         }
+        if let Some(states) = &mut self.states {
+            let at = states_pin(self.name);
+            let _ = std::fs::remove_file(&at);
+            states
+                .pin(&at)
+                .map_err(|e| format!("cannot pin {} at {}: {e}", self.name, at.display()))?;
+        }
         Ok(path)
     }
+
+    /// Every socket's model as this copy of the controller holds it now (None: a controller
+    /// that keeps none). Needs the right to call bpf(); a process without it reads the pin
+    /// ([`ModelStates::read_pinned`]).
+    pub fn model_states(&self) -> Option<Result<ModelStates, String>> {
+        use std::io::Read;
+        let link = self.states.as_ref()?;
+        Some((|| {
+            let mut it = libbpf_rs::Iter::new(link)
+                .map_err(|e| format!("cannot walk {}'s sockets: {e}", self.name))?;
+            let mut bytes = Vec::new();
+            it.read_to_end(&mut bytes)
+                .map_err(|e| format!("cannot walk {}'s sockets: {e}", self.name))?;
+            ModelStates::parse(&bytes)
+        })())
+    }
+}
+
+/// Where the iterator over `name`'s sockets' models is pinned: `PIN_DIR/NAME@states` (an
+/// `@` as the build markers', so [`pinned`] does not take it for a controller and
+/// [`unpin`] removes it with the controller).
+fn states_pin(name: &str) -> PathBuf {
+    Path::new(PIN_DIR).join(format!("{name}@states"))
 }
 
 /// bpf(BPF_OBJ_PIN): pins the BPF object `fd` at `path` in bpffs.
@@ -266,6 +324,68 @@ pub fn forget_paths() -> Result<usize, String> {
     Ok(n)
 }
 
+/// The BPF map in which `satpep_sat` keeps each socket's model (socket local storage).
+pub const STATE_MAP: &str = "sat_state";
+
+/// Every socket's satellite model, as `satpep_sat` keeps them in the kernel (its socket
+/// storage), keyed by socket cookie (`SO_COOKIE`). Read through the controller's iterator:
+/// from its pin ([`ModelStates::read_pinned`], needing only the right to read the file) or
+/// from a [`Loaded`] ([`Loaded::model_states`]).
+#[derive(Debug, Default)]
+pub struct ModelStates {
+    by_cookie: std::collections::HashMap<u64, Vec<u8>>,
+}
+
+/// The header `sat_states` writes before each model (`struct sat_state_record`).
+const RECORD_HEADER: usize = 16;
+
+impl ModelStates {
+    /// Reads the pinned iterator of [`SPLIT_DEFAULT`]; empty when it is not pinned (not
+    /// loaded, or loaded by a build without the iterator).
+    pub fn read_pinned() -> Result<ModelStates, String> {
+        let at = states_pin(SPLIT_DEFAULT);
+        match std::fs::read(&at) {
+            Ok(bytes) => ModelStates::parse(&bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ModelStates::default()),
+            Err(e) => Err(format!("cannot read {}: {e}", at.display())),
+        }
+    }
+
+    /// The iterator's output: records of a header and a model.
+    fn parse(mut bytes: &[u8]) -> Result<ModelStates, String> {
+        let mut by_cookie = std::collections::HashMap::new();
+        while !bytes.is_empty() {
+            if bytes.len() < RECORD_HEADER {
+                return Err(format!("a truncated record of {} bytes", bytes.len()));
+            }
+            let cookie = u64::from_ne_bytes(bytes[..8].try_into().unwrap());
+            let size = u32::from_ne_bytes(bytes[8..12].try_into().unwrap()) as usize;
+            if bytes.len() < RECORD_HEADER + size {
+                return Err(format!("a record of a {size}-byte model, truncated"));
+            }
+            by_cookie.insert(cookie, bytes[RECORD_HEADER..RECORD_HEADER + size].to_vec());
+            bytes = &bytes[RECORD_HEADER + size..];
+        }
+        Ok(ModelStates { by_cookie })
+    }
+
+    /// How many sockets' models were read.
+    pub fn len(&self) -> usize {
+        self.by_cookie.len()
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.by_cookie.is_empty()
+    }
+
+    /// The raw `struct sat_model` of the socket whose cookie (`SO_COOKIE`) is `cookie`
+    /// (`satpep_model::Snapshot::of_state` reads it).
+    pub fn get(&self, cookie: u64) -> Option<&[u8]> {
+        self.by_cookie.get(&cookie).map(Vec::as_slice)
+    }
+}
+
 /// Removes the pin of `name`; the kernel unregisters it once no socket uses it. Returns
 /// whether a pin existed.
 pub fn unpin(name: &str) -> Result<bool, String> {
@@ -360,7 +480,7 @@ pub fn load(name: &str, opts: &Options) -> Result<Loaded, String> {
              (pinned: satpep cc unload {name})"
         ));
     }
-    let Some(link) = load_bundled(name, opts)? else {
+    let Some((link, iters)) = load_bundled(name, opts)? else {
         let names: Vec<&str> = BUNDLED.iter().map(|b| b.name).collect();
         return Err(format!(
             "'{name}' is not a bundled congestion control (bundled: {})",
@@ -368,5 +488,36 @@ pub fn load(name: &str, opts: &Options) -> Result<Loaded, String> {
         ));
     };
     let name = BUNDLED.iter().find(|b| b.name == name).unwrap().name;
-    Ok(Loaded { name, link })
+    Ok(Loaded {
+        name,
+        link,
+        states: iters.into_iter().next(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_states_parse_records_and_refuse_truncated_ones() {
+        let record = |cookie: u64, model: &[u8]| {
+            let mut r = cookie.to_ne_bytes().to_vec();
+            r.extend((model.len() as u32).to_ne_bytes());
+            r.extend([0u8; 4]);
+            r.extend(model);
+            r
+        };
+        let mut bytes = record(7, &[1, 2, 3]);
+        bytes.extend(record(9, &[4, 5]));
+        let s = ModelStates::parse(&bytes).unwrap();
+        assert_eq!(
+            (s.len(), s.get(7), s.get(9)),
+            (2, Some(&[1, 2, 3][..]), Some(&[4, 5][..]))
+        );
+        assert_eq!(s.get(8), None);
+        assert!(ModelStates::parse(&bytes[..bytes.len() - 1]).is_err());
+        assert!(ModelStates::parse(&bytes[..5]).is_err());
+        assert!(ModelStates::parse(&[]).unwrap().is_empty());
+    }
 }

@@ -899,6 +899,10 @@ impl Lab {
 
     /// Starts `satpep ARGS…` in `host`'s namespace as a daemon of the lab: its own session (a
     /// Ctrl-C meant for the shell that ran `lab up` must not stop it), output to `log`.
+    ///
+    /// Only its network namespace is `host`'s, as a proxy deployed on a box runs in the
+    /// host's mounts: `ip netns exec` would also give it a mount namespace with a fresh /sys,
+    /// without bpffs, where the controllers' pins (`/sys/fs/bpf/satpep`) are not seen.
     fn spawn_satpep(
         &self,
         host: Host,
@@ -910,15 +914,24 @@ impl Lab {
         use std::os::unix::process::CommandExt;
         let logf = std::fs::File::create(log)
             .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let mut cmd = self.command(host, &self.satpep_bin);
+        let ns_path = Path::new("/run/netns").join(self.ns(host));
+        let ns = std::fs::File::open(&ns_path)
+            .map_err(|e| format!("cannot open {}: {e}", ns_path.display()))?;
+        let mut cmd = Command::new(&self.satpep_bin);
         cmd.args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(logf.try_clone().map_err(|e| e.to_string())?)
             .stderr(logf);
-        // SAFETY: setsid is async-signal-safe.
+        // SAFETY: setsid and setns are async-signal-safe system calls; `ns` outlives the
+        // spawn (the child's copy closes at exec: std opens files close-on-exec).
         unsafe {
-            cmd.pre_exec(|| {
+            use std::os::fd::AsRawFd;
+            let fd = ns.as_raw_fd();
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 libc::setsid();
                 Ok(())
             });

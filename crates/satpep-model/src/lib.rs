@@ -267,6 +267,25 @@ impl Model {
 pub struct Snapshot(Readings);
 
 impl Snapshot {
+    /// What a model's raw state shows: `state` is a `struct sat_model` as another host keeps
+    /// it (the BPF controller's socket storage, read from userspace). None if its size is
+    /// not this build's (another build of the model).
+    pub fn of_state(state: &[u8]) -> Option<Snapshot> {
+        // SAFETY: satm_sizeof only returns a constant.
+        let size = unsafe { satm_sizeof() } as usize;
+        if state.len() != size || size > std::mem::size_of::<State>() {
+            return None;
+        }
+        let mut s = State([0; STATE_WORDS]);
+        // SAFETY: `s` has room for `size` bytes (checked above); the state is plain integers,
+        // so any bytes are a valid value of it.
+        unsafe { std::ptr::copy_nonoverlapping(state.as_ptr(), s.0.as_mut_ptr() as *mut u8, size) };
+        let mut r = Readings::default();
+        // SAFETY: as in `Model::new`.
+        unsafe { satm_read(&s, &mut r) };
+        Some(Snapshot(r))
+    }
+
     /// The phase.
     pub fn phase(&self) -> Phase {
         Phase::ALL

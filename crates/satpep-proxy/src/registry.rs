@@ -331,8 +331,15 @@ impl Registry {
     }
 
     /// Every live connection with both legs' TCP_INFO.
+    /// Every live connection with both legs' TCP_INFO, and on a satellite leg that runs
+    /// `satpep_sat` the model it holds (what `/connections` shows).
     pub fn status(&self) -> Vec<ConnStatus> {
-        self.status_and_retransmitted().0
+        // Through the controller's pinned iterator: this proxy has dropped the right to call
+        // bpf(), and a missing or unreadable pin only leaves the models out.
+        let states = satpep_cc::ModelStates::read_pinned()
+            .inspect_err(|e| tracing::debug!("satellite models: {e}"))
+            .ok();
+        self.list(states.as_ref()).0
     }
 
     /// Every live connection with both legs' TCP_INFO, and the segments retransmitted since
@@ -340,6 +347,12 @@ impl Registry {
     /// ones' so far. One pass under the map's lock: each socket's TCP_INFO is read once per
     /// scrape, and the totals agree with the list (see [`Registry::remove`]).
     pub fn status_and_retransmitted(&self) -> (Vec<ConnStatus>, (u64, u64)) {
+        self.list(None)
+    }
+
+    /// [`Registry::status_and_retransmitted`], with the satellite legs' models read from
+    /// `models` when given.
+    fn list(&self, models: Option<&satpep_cc::ModelStates>) -> (Vec<ConnStatus>, (u64, u64)) {
         let k = &self.counters;
         let conns = self.conns.lock().unwrap();
         let (mut sat, mut ter) = (
@@ -349,7 +362,15 @@ impl Registry {
         let live = conns
             .values()
             .map(|c| {
-                let satellite = c.with_satellite(tcpinfo::read).flatten();
+                let satellite = c
+                    .with_satellite(|fd| {
+                        let mut i = tcpinfo::read(fd)?;
+                        if i.congestion == "satpep_sat" {
+                            i.model = models.and_then(|m| tcpinfo::model(m, fd));
+                        }
+                        Some(i)
+                    })
+                    .flatten();
                 let terrestrial = c.with_terrestrial(tcpinfo::read).flatten();
                 sat += satellite.as_ref().map_or(0, |i| i.total_retrans as u64);
                 ter += terrestrial.as_ref().map_or(0, |i| i.total_retrans as u64);

@@ -92,6 +92,62 @@ pub struct LegInfo {
     pub bytes_received: u64,
     /// Bytes written but not yet sent.
     pub notsent_bytes: u32,
+    /// What satellite model `satpep_sat` holds for this socket (None with other controllers,
+    /// and where its state cannot be read: see [`model`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelReading>,
+}
+
+/// The socket's cookie (`SO_COOKIE`): what the kernel and BPF programs name it by.
+fn cookie(fd: RawFd) -> Option<u64> {
+    let mut c = 0u64;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: c is writable for len bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_COOKIE,
+            &mut c as *mut u64 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0).then_some(c)
+}
+
+/// The satellite model's readings for one socket, as `satpep_sat` keeps them in the kernel:
+/// the same figures the tunnel's controller exports for the tunnel.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct ModelReading {
+    /// startup, drain, cruise, probe or compete.
+    pub phase: String,
+    /// The model's rate, bit/s (0 until measured).
+    pub rate_bps: u64,
+    /// The base RTT, ms (None until measured).
+    pub base_rtt_ms: Option<f64>,
+    /// The queue the latest RTT samples show, ms.
+    pub queue_ms: f64,
+    /// The share of segments the channel loses to noise, as drains measured it.
+    pub channel_loss: Option<f64>,
+    /// The noise's mean burst, segments (1: independent losses).
+    pub loss_burst: Option<u32>,
+    /// A buffer shallower than the model's slack, ms, once losses showed one.
+    pub shallow_buffer_ms: Option<f64>,
+}
+
+/// The model `satpep_sat` holds for socket `fd`, from `states` (read once for many
+/// sockets); None if the socket runs another controller or its model is another build's.
+pub fn model(states: &satpep_cc::ModelStates, fd: RawFd) -> Option<ModelReading> {
+    let s = satpep_model::Snapshot::of_state(states.get(cookie(fd)?)?)?;
+    Some(ModelReading {
+        phase: s.phase().name().to_string(),
+        rate_bps: s.bw().saturating_mul(8),
+        base_rtt_ms: s.base_rtt_us().map(|u| u as f64 / 1000.0),
+        queue_ms: s.queue_us() as f64 / 1000.0,
+        channel_loss: s.channel_loss(),
+        loss_burst: s.loss_burst(),
+        shallow_buffer_ms: s.shallow_buffer_us().map(|u| u as f64 / 1000.0),
+    })
 }
 
 fn congestion(fd: RawFd) -> String {
@@ -153,6 +209,7 @@ pub fn read(fd: RawFd) -> Option<LegInfo> {
         bytes_acked: t.bytes_acked,
         bytes_received: t.bytes_received,
         notsent_bytes: t.notsent_bytes,
+        model: None,
     })
 }
 
@@ -181,5 +238,56 @@ mod tests {
         assert_eq!(i.bytes_acked, 10_000 + 1, "{i:?}"); // +1: the SYN
         assert!(!i.congestion.is_empty());
         assert!(read(-1).is_none());
+    }
+
+    #[test]
+    fn reads_the_model_satpep_sat_keeps_for_a_socket() {
+        // Registered already (a pin, another test) or loaded here for this test's life.
+        // The copy registered already (the pin a proxy leaves, made this build's), or one
+        // loaded here for this test's life.
+        let opts = satpep_cc::Options::default();
+        let held = match satpep_cc::available().iter().any(|a| a == "satpep_sat") {
+            true => {
+                satpep_cc::refresh("satpep_sat", &opts).unwrap();
+                None
+            }
+            false => Some(satpep_cc::load("satpep_sat", &opts).expect("loads (root, BTF)")),
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let name = b"satpep_sat";
+        // SAFETY: name is readable for its length.
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                name.as_ptr() as *const libc::c_void,
+                name.len() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        let reader = std::thread::spawn(move || {
+            let mut c = c;
+            let mut buf = vec![0u8; 1 << 16];
+            let mut n = 0;
+            while n < 4_000_000 {
+                n += c.read(&mut buf).unwrap();
+            }
+        });
+        s.write_all(&vec![1u8; 4_000_000]).unwrap();
+        reader.join().unwrap();
+        let states = match &held {
+            Some(l) => l.model_states().expect("satpep_sat has an iterator"),
+            None => satpep_cc::ModelStates::read_pinned(),
+        }
+        .unwrap();
+        assert!(!states.is_empty(), "no socket's model read");
+        let m = model(&states, s.as_raw_fd()).expect("the model of a satpep_sat socket");
+        assert!(!m.phase.is_empty() && m.rate_bps > 0, "{m:?}");
+        assert!(m.base_rtt_ms.is_some_and(|b| b < 50.0), "{m:?}");
+        // Another controller's socket: no model.
+        assert!(model(&states, l.as_raw_fd()).is_none());
     }
 }

@@ -18,7 +18,9 @@ TCP_INFO. The same endpoint serves Prometheus metrics at /metrics.
 
 Columns per leg: cc = congestion control; rtt ms = smoothed RTT (includes queueing); cwnd = \
 congestion window in segments; delivery = the kernel's latest delivery-rate sample; retr = \
-segments retransmitted so far. up B / down B = bytes relayed client->server / server->client.
+segments retransmitted so far. up B / down B = bytes relayed client->server / server->client. \
+model (a satellite leg on satpep_sat, the default): the controller's phase, the rate it \
+measured, its base RTT and the queue it reads, from the kernel (docs/model.md).
 
 With --watch the table is printed again every SECS seconds (default 2) with each \
 connection's rates over the interval (up rate, down rate; a connection new since the last sample: \
@@ -134,6 +136,20 @@ fn watch(cmd: &StatusCmd, every: f64) -> Result<(), String> {
     }
 }
 
+/// The satellite model's phase, rate, base RTT and queue ("-" without one).
+fn model(l: &Option<LegInfo>) -> String {
+    match l.as_ref().and_then(|l| l.model.as_ref()) {
+        Some(m) => format!(
+            "{} {} base {} ms queue {:.1} ms",
+            m.phase,
+            fmt_rate(m.rate_bps as f64),
+            m.base_rtt_ms.map_or("-".into(), |b| format!("{b:.1}")),
+            m.queue_ms
+        ),
+        None => "-".into(),
+    }
+}
+
 fn leg(l: &Option<LegInfo>) -> String {
     match l {
         Some(i) => format!(
@@ -183,7 +199,7 @@ fn print_table(r: &StatusReply, rates: Option<&[(f64, f64)]>) {
         String::new()
     };
     println!(
-        "{:>4} {:<44} {:>7} {:>11} {:>11}{rate_head} | sat {head} | ter {head}",
+        "{:>4} {:<44} {:>7} {:>11} {:>11}{rate_head} | sat {head} | ter {head} | model",
         "id", "client -> server", "age s", "up B", "down B"
     );
     for (i, c) in r.connections.iter().enumerate() {
@@ -193,14 +209,15 @@ fn print_table(r: &StatusReply, rates: Option<&[(f64, f64)]>) {
                 format!(" {:>13} {:>13}", fmt_rate(*u), fmt_rate(*d))
             });
         println!(
-            "{:>4} {:<44} {:>7.1} {:>11} {:>11}{rate} |     {} |     {}",
+            "{:>4} {:<44} {:>7.1} {:>11} {:>11}{rate} |     {} |     {} | {}",
             c.id,
             format!("{} -> {}", c.src, c.dst),
             c.age_s,
             c.bytes_up,
             c.bytes_down,
             leg(&c.satellite),
-            leg(&c.terrestrial)
+            leg(&c.terrestrial),
+            model(&c.satellite)
         );
     }
 }

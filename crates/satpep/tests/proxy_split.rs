@@ -597,31 +597,36 @@ fn past_the_memory_limit_connections_bypass_and_keep_working() {
     assert_eq!(splits(), before + 1, "{}", log());
 }
 
-#[test]
-fn status_and_metrics_show_live_connections_with_both_legs() {
-    let lab = split_lab("psta", "[both]\nrate='20Mbit'\ndelay='100ms'\n");
-    let listener = in_netns(&lab.ns(Host::Server), || {
-        TcpListener::bind("0.0.0.0:9004").unwrap()
+/// A download through the lab: the server streams on `port` for `secs` seconds, the client
+/// reads it all; the handle gives the bytes read.
+fn download(lab: &Lab, port: u16, secs: u64) -> std::thread::JoinHandle<usize> {
+    let listener = in_netns(&lab.ns(Host::Server), move || {
+        TcpListener::bind(("0.0.0.0", port)).unwrap()
     })
     .join()
     .unwrap();
-    // The server streams for 4 s; the client reads it all.
     std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         let chunk = vec![0u8; 64 * 1024];
         let t = std::time::Instant::now();
-        while t.elapsed() < Duration::from_secs(4) {
+        while t.elapsed() < Duration::from_secs(secs) {
             if s.write_all(&chunk).is_err() {
                 break;
             }
         }
     });
-    let reader = in_netns(&lab.ns(Host::Client), || {
-        let mut s = TcpStream::connect("198.18.3.2:9004").unwrap();
+    in_netns(&lab.ns(Host::Client), move || {
+        let mut s = TcpStream::connect(("198.18.3.2", port)).unwrap();
         let mut sink = Vec::new();
         s.read_to_end(&mut sink).unwrap();
         sink.len()
-    });
+    })
+}
+
+#[test]
+fn status_and_metrics_show_live_connections_with_both_legs() {
+    let lab = split_lab("psta", "[both]\nrate='20Mbit'\ndelay='100ms'\n");
+    let reader = download(&lab, 9004, 4);
     std::thread::sleep(Duration::from_millis(2500));
     let out = lab
         .command(Host::Gateway, bin())
@@ -720,6 +725,48 @@ fn status_and_metrics_show_live_connections_with_both_legs() {
     // Nothing is buffered once the connection has closed, so any value will do.
     gauge("satpep_memory_bytes");
     assert!(gauge("satpep_memory_limit_bytes") > 1 << 20, "{m}");
+}
+
+/// With the default controller, `satpep status` shows what the satellite model holds for
+/// each connection in the kernel: read through the controller's pinned iterator by a proxy
+/// that has dropped the right to call bpf().
+#[test]
+fn status_shows_the_satellite_model_the_kernel_holds() {
+    let lab = lab_with(
+        "pmod",
+        "[both]\nrate='20Mbit'\ndelay='100ms'\n",
+        Some(Pep::default()),
+    );
+    let reader = download(&lab, 9005, 5);
+    std::thread::sleep(Duration::from_millis(3500));
+    let out = lab
+        .command(Host::Gateway, bin())
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &st["connections"][0];
+    assert_eq!(c["satellite"]["congestion"], "satpep_sat", "{st}");
+    let m = &c["satellite"]["model"];
+    let phases = ["startup", "drain", "cruise", "probe", "compete"];
+    assert!(phases.contains(&m["phase"].as_str().unwrap_or("")), "{m}");
+    // 20 Mbit/s of frames carry about 19 of payload; a start may still read it low.
+    let rate = m["rate_bps"].as_f64().unwrap();
+    assert!((5e6..25e6).contains(&rate), "model rate {rate}: {m}");
+    let base = m["base_rtt_ms"].as_f64().unwrap();
+    assert!((199.0..215.0).contains(&base), "base RTT {base}: {m}");
+    // The table has it too.
+    let out = lab
+        .command(Host::Gateway, bin())
+        .arg("status")
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("| model") && table.contains(" base 2"),
+        "{table}"
+    );
+    assert!(reader.join().unwrap() > 1_000_000);
 }
 
 #[test]

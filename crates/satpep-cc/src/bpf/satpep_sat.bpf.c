@@ -227,6 +227,38 @@ u32 BPF_PROG(sat_undo_cwnd, struct sock *sk)
 	return tcp_sk(sk)->snd_cwnd;
 }
 
+/* One socket's model, as the iterator below writes it: this header, then the socket's
+ * `struct sat_model`. Read by satpep_cc::ModelStates (keep the two in step). */
+struct sat_state_record {
+	u64 cookie;      /* the socket's cookie (SO_COOKIE): unique on the host, all namespaces */
+	u32 model_size;  /* sizeof(struct sat_model) */
+	u32 pad;
+};
+
+/*
+ * Every socket's model, for `satpep status` and the lab: attached to sat_state and pinned
+ * beside the controller (PIN_DIR/satpep_sat@states), reading the pinned file walks the map.
+ * A proxy that has dropped its capabilities cannot call bpf() (unprivileged BPF is off on
+ * most hosts), but it can read a file. Sockets are named by cookie: the map holds every
+ * namespace's, and a lab's addresses repeat from namespace to namespace.
+ */
+SEC("iter/bpf_sk_storage_map")
+int sat_states(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct seq_file *seq = ctx->meta->seq;
+	struct sock *sk = ctx->sk;
+	void *value = ctx->value;
+	struct sat_state_record h = {};
+
+	if (!sk || !value)
+		return 0;
+	h.cookie = bpf_get_socket_cookie(sk);
+	h.model_size = sizeof(struct sat_model);
+	bpf_seq_write(seq, &h, sizeof(h));
+	bpf_seq_write(seq, value, sizeof(struct sat_model));
+	return 0;
+}
+
 SEC(".struct_ops.link")
 struct tcp_congestion_ops satpep_sat = {
 	.init = (void *)sat_init,

@@ -135,6 +135,24 @@ struct tcp_congestion_ops {
 	u32 flags;
 };
 
+/* A BPF iterator's context over a socket storage map (iter/bpf_sk_storage_map). */
+struct seq_file;
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+	u64 session_id;
+	u64 seq_num;
+};
+
+struct bpf_map;
+
+struct bpf_iter__bpf_sk_storage_map {
+	struct bpf_iter_meta *meta;
+	struct bpf_map *map;
+	struct sock *sk;
+	void *value;
+};
+
 #pragma clang attribute pop
 
 /* enum tcp_ca_event */

@@ -16,6 +16,7 @@ pub mod provenance;
 pub mod report;
 pub mod runner;
 pub mod spec;
+pub mod split_state;
 pub mod stats;
 pub mod traffic;
 pub mod tunnel_state;

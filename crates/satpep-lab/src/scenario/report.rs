@@ -5,6 +5,7 @@ use super::beside::{percentile, BesideRecord};
 use super::doc::{esc, Doc};
 use super::plot::{write_line_plot, write_stacked, Line, LinePlot};
 use super::spec::{CellSpec, Metric, Part, PepMode, Scenario};
+use super::split_state::SplitSample;
 use super::stats::Summary;
 use super::traffic::{RunRecord, SocketSample};
 use super::tunnel_state::TunnelSample;
@@ -1256,7 +1257,8 @@ fn write_tables(out: &Path, tables: &[super::doc::DocTable]) -> Result<(), Strin
 const FILES: &str = "Files: runs.csv (one row per run), summary.csv (per cell), series.csv \
     (goodput per flow per second), sockets.csv (satellite-leg sender's cwnd, RTT and controller \
     every 0.5 s), tunnel.csv (tunnel mode: the tunnel's window, RTT, rate model, phase and \
-    packet counters every 0.5 s), results.json (all of it), tables.json and tables/*.csv (the \
+    packet counters every 0.5 s), split.csv (split mode: each connection's satellite model, as \
+    the kernel controller holds it, every 0.5 s), results.json (all of it), tables.json and tables/*.csv (the \
     report's tables), metric-*.svg/png, cdf-*.svg/png, series/*.svg, \
     report.html. Column names end in their unit (_bps, _s, _ms, _pct, _frac, _segments, _bytes).";
 
@@ -1451,12 +1453,36 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             "shallow_buffer_ms" => |x| o(x.1.shallow_buffer_ms, 1),
         ],
     );
+    let split = csv_table(
+        runs.iter()
+            .flat_map(|r| r.split.iter().map(move |s| (r, s))),
+        &cols![(&RunRecord, &SplitSample);
+            "cell" => |x| x.0.cell.to_string(),
+            "repetition" => |x| x.0.repetition.to_string(),
+            "conn" => |x| x.1.conn.to_string(),
+            "flow" => |x| x.1.flow.to_string(),
+            "t_s" => |x| format!("{:.2}", x.1.t),
+            "cwnd_segments" => |x| x.1.cwnd.to_string(),
+            "rtt_ms" => |x| format!("{:.1}", x.1.rtt_ms),
+            "retrans_segments" => |x| x.1.retrans.to_string(),
+            "bytes_acked" => |x| x.1.bytes_acked.to_string(),
+            "pacing_bps" => |x| x.1.pacing_bps.to_string(),
+            "phase" => |x| x.1.phase.clone(),
+            "model_rate_bps" => |x| x.1.model_rate_bps.to_string(),
+            "model_base_rtt_ms" => |x| o(x.1.model_base_rtt_ms, 1),
+            "queue_ms" => |x| format!("{:.1}", x.1.queue_ms),
+            "channel_loss" => |x| o(x.1.channel_loss, 4),
+            "loss_burst_segments" => |x| n(x.1.loss_burst.map(u64::from)),
+            "shallow_buffer_ms" => |x| o(x.1.shallow_buffer_ms, 1),
+        ],
+    );
     vec![
         ("runs.csv", runs_csv),
         ("summary.csv", summary),
         ("series.csv", series),
         ("sockets.csv", sockets),
         ("tunnel.csv", tunnel),
+        ("split.csv", split),
     ]
 }
 
@@ -2079,6 +2105,7 @@ mod tests {
             flows: vec![],
             sockets: vec![],
             tunnel: vec![],
+            split: vec![],
             leg_retransmits: 3,
             failures: 0,
             errors: vec![],

@@ -92,6 +92,10 @@ pub struct RunRecord {
     /// Tunnel mode: the tunnel's sending end over time (its proxy's `/metrics`).
     #[serde(default)]
     pub tunnel: Vec<super::tunnel_state::TunnelSample>,
+    /// Split mode: the satellite model of each connection's sending leg over time (its
+    /// proxy's `/connections`).
+    #[serde(default)]
+    pub split: Vec<super::split_state::SplitSample>,
     /// Satellite-leg sender's retransmitted segments (largest socket total seen).
     pub leg_retransmits: u64,
     /// Transfers that failed or arrived short (each is also in `errors`).
@@ -415,6 +419,7 @@ pub fn run_once(
         flows: Vec::new(),
         sockets: Vec::new(),
         tunnel: Vec::new(),
+        split: Vec::new(),
         leg_retransmits: 0,
         failures: 0,
         errors: Vec::new(),
@@ -450,6 +455,11 @@ pub fn run_once(
         };
         sample_tunnel(lab, host)
     });
+    // Split's models: the proxy that sends across the link (none without one there).
+    let split = (spec.pep.mode == super::spec::PepMode::Split)
+        .then(|| leg_sender(spec, kind.downloads()))
+        .filter(|h| matches!(h, Host::Gateway | Host::Terminal))
+        .map(|host| super::split_state::sample_split(lab, host));
     let res = kind.run(lab, spec, &mut rec, limit_bps, tick);
     match sampler.map(Poll::finish) {
         Some(Ok(s)) => rec.sockets = s,
@@ -459,6 +469,11 @@ pub fn run_once(
     match tunnel.map(Poll::finish) {
         Some(Ok(t)) => rec.tunnel = t,
         Some(Err(e)) => rec.errors.push(format!("tunnel sampler: {e}")),
+        None => {}
+    }
+    match split.map(Poll::finish) {
+        Some(Ok(t)) => rec.split = t,
+        Some(Err(e)) => rec.errors.push(format!("split model sampler: {e}")),
         None => {}
     }
     // Each flow's socket counts up; sum the flows' last (largest) counts.

@@ -140,9 +140,15 @@ fn samples(text: &str) -> impl Iterator<Item = (&str, &str, f64)> {
 
 /// The body of `GET /metrics` at `addr`, or None (the proxy not up yet, a slow reply).
 fn fetch(addr: SocketAddr) -> Option<String> {
+    fetch_page(addr, "/metrics")
+}
+
+/// The body of `GET path` from the proxy's endpoint at `addr`, or None (the proxy not up
+/// yet, a slow reply).
+pub(crate) fn fetch_page(addr: SocketAddr, path: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: satpep\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: satpep\r\n\r\n").as_bytes())
         .ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
