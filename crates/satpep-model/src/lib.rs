@@ -39,6 +39,10 @@ pub struct Ack {
     pub app_limited: u8,
     /// Recovering from a retransmission timeout (1) or not (0).
     pub timeout: u8,
+    /// The host dates losses by the lost packet's own send time (1: `prior_delivered` of a
+    /// loss report is when it left, as quinn's host gives it) or by the ACK that revealed
+    /// them (0: the kernel's).
+    pub losses_dated: u8,
 }
 
 /// The window the host lends the model on each call (`struct sat_window`).
@@ -76,9 +80,9 @@ struct Readings {
     drains: u8,
 }
 
-/// Room for `struct sat_model` (164 bytes today), in words; checked against the C
+/// Room for `struct sat_model` (196 bytes today), in words; checked against the C
 /// compiler's figure when a model is made.
-const STATE_WORDS: usize = 48;
+const STATE_WORDS: usize = 50;
 
 /// `struct sat_model`, opaque here: only the C code reads or writes it.
 #[repr(C, align(8))]

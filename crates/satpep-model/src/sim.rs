@@ -430,6 +430,7 @@ impl Host for KernelHost {
             losses: std::mem::take(&mut self.losses),
             app_limited: 0,
             timeout: 0,
+            losses_dated: 0,
         };
         self.model.on_ack(&a);
     }

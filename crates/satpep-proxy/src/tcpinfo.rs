@@ -92,6 +92,15 @@ pub struct LegInfo {
     pub bytes_received: u64,
     /// Bytes written but not yet sent.
     pub notsent_bytes: u32,
+    /// Time spent sending data so far, ms (the kernel's busy time).
+    #[serde(default)]
+    pub busy_ms: u64,
+    /// Of it, time limited by the peer's receive window, ms.
+    #[serde(default)]
+    pub rwnd_limited_ms: u64,
+    /// Of it, time limited by this socket's send buffer, ms.
+    #[serde(default)]
+    pub sndbuf_limited_ms: u64,
     /// What satellite model `satpep_sat` holds for this socket (None with other controllers,
     /// and where its state cannot be read: see [`model`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -209,6 +218,9 @@ pub fn read(fd: RawFd) -> Option<LegInfo> {
         bytes_acked: t.bytes_acked,
         bytes_received: t.bytes_received,
         notsent_bytes: t.notsent_bytes,
+        busy_ms: t.busy_time / 1000,
+        rwnd_limited_ms: t.rwnd_limited / 1000,
+        sndbuf_limited_ms: t.sndbuf_limited / 1000,
         model: None,
     })
 }

@@ -6,7 +6,7 @@
  * file only hosts it in the kernel: it turns each ACK's rate sample into a `struct sat_ack`,
  * lends the model the socket's window, and sets the pacing rate the model asks for.
  *
- * The model's state (164 bytes) does not fit the 104 bytes of icsk_ca_priv: it lives in the
+ * The model's state (196 bytes) does not fit the 104 bytes of icsk_ca_priv: it lives in the
  * socket's BPF local storage, created at init.
  *
  * Each destination's path (the model's rate and base RTT) is remembered for five minutes in
@@ -87,6 +87,8 @@ static __always_inline void read_ack(const struct sock *sk, const struct rate_sa
 		a->app_limited = rs->is_app_limited;
 	}
 	a->timeout = ca_state(sk) == TCP_CA_Loss;
+	/* rs->losses came with this ACK; when the lost segments left, the kernel does not say. */
+	a->losses_dated = 0;
 }
 
 static __always_inline void lend(const struct tcp_sock *tp, struct sat_window *w)

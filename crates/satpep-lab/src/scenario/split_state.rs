@@ -29,6 +29,16 @@ pub struct SplitSample {
     pub bytes_acked: u64,
     /// The pacing rate, bit/s.
     pub pacing_bps: u64,
+    /// Time the socket spent sending so far, ms; of it, limited by the peer's receive
+    /// window and by its own send buffer.
+    #[serde(default)]
+    pub busy_ms: u64,
+    /// See `busy_ms`.
+    #[serde(default)]
+    pub rwnd_limited_ms: u64,
+    /// See `busy_ms`.
+    #[serde(default)]
+    pub sndbuf_limited_ms: u64,
     /// startup, drain, cruise, probe or compete.
     pub phase: String,
     /// The model's rate, bit/s.
@@ -86,6 +96,9 @@ pub fn parse(text: &str, t: f64) -> Vec<SplitSample> {
                 retrans: leg.total_retrans,
                 bytes_acked: leg.bytes_acked,
                 pacing_bps: leg.pacing_rate_bps,
+                busy_ms: leg.busy_ms,
+                rwnd_limited_ms: leg.rwnd_limited_ms,
+                sndbuf_limited_ms: leg.sndbuf_limited_ms,
                 phase: m.phase,
                 model_rate_bps: m.rate_bps,
                 model_base_rtt_ms: m.base_rtt_ms,

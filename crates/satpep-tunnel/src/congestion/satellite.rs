@@ -398,6 +398,8 @@ impl Host {
             rs_delivered: -1,
             interval_us: -1,
             rtt_us: -1,
+            // Its loss reports carry when the newest lost packet left (on_loss).
+            losses_dated: 1,
             ..Ack::default()
         }
     }
