@@ -1002,6 +1002,14 @@ impl Lab {
             }
             None => {}
         }
+        // satpep_sat remembers each destination's path for five minutes (a warm start), and
+        // every lab uses the same addresses: a new lab's links are not the last one's (a
+        // 1 Gbit/s, 5 ms path remembered for the client made the next lab's 200 ms path
+        // look like 195 ms of queue). The memory is the host's: a lab running beside this
+        // one loses its warm starts too.
+        if let Err(e) = satpep_cc::forget_paths() {
+            eprintln!("warning: cannot clear satpep_sat's path memory: {e}");
+        }
         self.state.log_filter = pep.log_filter.clone();
         let cfg = spec.resolve()?;
         let dir = state_dir(&self.name);
