@@ -4,8 +4,11 @@
 //! once every byte read has been written (half-closed connections keep flowing the other
 //! way); a reset on one side becomes a reset on the other. Each direction holds at most one
 //! buffer of data: the next read waits for room, so when the downstream side is slow the
-//! excess stays in the upstream socket's receive buffer and its advertised window shrinks
-//! (Bharadwaj's improved back-pressure, 001 §4.3).
+//! excess stays in the upstream socket's receive buffer and its advertised window shrinks.
+//! This is plain back-pressure through fixed buffers (the pipe, and the downstream socket's
+//! send buffer, which the kernel sizes), not Bharadwaj's *improved* back-pressure (001 §4.3:
+//! the downstream send queue held to the downstream send window), which satpep does not do
+//! yet (docs/proxy.md, "Back-pressure").
 //!
 //! The buffer is a kernel pipe and bytes move with splice(2), so payload is never copied into
 //! user space. If the kernel will not give a pipe, the direction falls back to copying
