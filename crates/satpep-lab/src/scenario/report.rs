@@ -1966,7 +1966,96 @@ fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
         .filter(|q| !q.lines.is_empty())
         .collect();
     v.extend(tunnel_panels(&r.tunnel));
+    v.extend(split_panels(&r.split));
     v
+}
+
+/// A line of one value per sample, at the sample's time `at` (samples without one left out).
+fn sampled<T>(name: &str, t: &[T], at: impl Fn(&T) -> f64, v: &dyn Fn(&T) -> Option<f64>) -> Line {
+    Line {
+        name: name.into(),
+        points: t
+            .iter()
+            .filter_map(|s| v(s).map(|y| (at(s), y, 0.0)))
+            .collect(),
+        reference: vec![],
+    }
+}
+
+/// A line of one value per interval between two samples (a counter read as a rate), at the
+/// interval's end.
+fn per_interval<T>(
+    name: &str,
+    t: &[T],
+    at: impl Fn(&T) -> f64,
+    v: &dyn Fn(&T, &T) -> Option<f64>,
+) -> Line {
+    Line {
+        name: name.into(),
+        points: t
+            .windows(2)
+            .filter_map(|w| v(&w[0], &w[1]).map(|y| (at(&w[1]), y, 0.0)))
+            .collect(),
+        reference: vec![],
+    }
+}
+
+/// A plot over a run's time, its empty lines left out.
+fn time_plot(title: &str, y: &str, lines: Vec<Line>) -> LinePlot {
+    LinePlot {
+        title: title.into(),
+        x_label: "time (s)".into(),
+        y_label: y.into(),
+        lines: lines.into_iter().filter(|l| !l.points.is_empty()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Split's busiest connection over a run, as its satellite leg's sender saw it (none
+/// without samples): the model's rate beside the rate acknowledged, the share of segments
+/// retransmitted, and the RTTs with the queue the model reads.
+fn split_panels(t: &[SplitSample]) -> Vec<LinePlot> {
+    // The connection that carried the most (an iperf3 test's data, not its control).
+    let Some(conn) = t.iter().max_by_key(|s| s.bytes_acked).map(|s| s.conn) else {
+        return Vec::new();
+    };
+    let t: Vec<SplitSample> = t.iter().filter(|s| s.conn == conn).cloned().collect();
+    let line = |name: &str, v: &dyn Fn(&SplitSample) -> Option<f64>| sampled(name, &t, |s| s.t, v);
+    let between = |name: &str, v: &dyn Fn(&SplitSample, &SplitSample) -> Option<f64>| {
+        per_interval(name, &t, |s| s.t, v)
+    };
+    let plot = time_plot;
+    vec![
+        plot(
+            "split's satellite leg: the model's rate",
+            "Mbit/s",
+            vec![
+                line("rate model (payload)", &|s| {
+                    Some(s.model_rate_bps as f64 / 1e6)
+                }),
+                between("acknowledged", &|a, b| {
+                    let bytes = b.bytes_acked.checked_sub(a.bytes_acked)?;
+                    Some(bytes as f64 * 8.0 / 1e6 / (b.t - a.t))
+                }),
+            ],
+        ),
+        plot(
+            "split's satellite leg: segments retransmitted",
+            "per second",
+            vec![between("retransmitted", &|a, b| {
+                Some(b.retrans.checked_sub(a.retrans)? as f64 / (b.t - a.t))
+            })],
+        ),
+        plot(
+            "split's satellite leg: RTT",
+            "ms",
+            vec![
+                line("smoothed RTT", &|s| Some(s.rtt_ms)),
+                line("base RTT (model)", &|s| s.model_base_rtt_ms),
+                line("queue the model reads", &|s| Some(s.queue_ms)),
+            ],
+        ),
+    ]
 }
 
 /// The tunnel's sending end over a run (none without samples): its window, its rate model
@@ -1975,29 +2064,11 @@ fn tunnel_panels(t: &[TunnelSample]) -> Vec<LinePlot> {
     if t.is_empty() {
         return Vec::new();
     }
-    let line = |name: &str, v: &dyn Fn(&TunnelSample) -> Option<f64>| Line {
-        name: name.into(),
-        points: t
-            .iter()
-            .filter_map(|s| v(s).map(|y| (s.t, y, 0.0)))
-            .collect(),
-        reference: vec![],
-    };
-    let plot = |title: &str, y: &str, lines: Vec<Line>| LinePlot {
-        title: title.into(),
-        x_label: "time (s)".into(),
-        y_label: y.into(),
-        lines: lines.into_iter().filter(|l| !l.points.is_empty()).collect(),
-        ..Default::default()
-    };
+    let line = |name: &str, v: &dyn Fn(&TunnelSample) -> Option<f64>| sampled(name, t, |s| s.t, v);
+    let plot = time_plot;
     // Counters read as rates over each interval between two samples.
-    let between = |name: &str, v: &dyn Fn(&TunnelSample, &TunnelSample) -> Option<f64>| Line {
-        name: name.into(),
-        points: t
-            .windows(2)
-            .filter_map(|w| v(&w[0], &w[1]).map(|y| (w[1].t, y, 0.0)))
-            .collect(),
-        reference: vec![],
+    let between = |name: &str, v: &dyn Fn(&TunnelSample, &TunnelSample) -> Option<f64>| {
+        per_interval(name, t, |s| s.t, v)
     };
     let diff = |a: Option<u64>, b: Option<u64>| Some(b?.checked_sub(a?)? as f64);
     vec![
@@ -2069,6 +2140,51 @@ fn opt(v: Option<f64>) -> String {
 mod tests {
     use super::*;
     use crate::scenario::traffic::RunRecord;
+
+    #[test]
+    fn split_panels_follow_the_busiest_connection() {
+        let sample = |t: f64, conn: u64, acked: u64, retrans: u32| SplitSample {
+            t,
+            conn,
+            flow: 0,
+            cwnd: 100,
+            rtt_ms: 600.0,
+            retrans,
+            bytes_acked: acked,
+            pacing_bps: 0,
+            busy_ms: 0,
+            rwnd_limited_ms: 0,
+            sndbuf_limited_ms: 0,
+            phase: "cruise".into(),
+            model_rate_bps: 40_000_000,
+            model_base_rtt_ms: Some(560.0),
+            queue_ms: 20.0,
+            channel_loss: None,
+            loss_burst: None,
+            shallow_buffer_ms: None,
+        };
+        assert!(split_panels(&[]).is_empty());
+        // Connection 1 is iperf3's control (a few bytes), 2 its data.
+        let t = [
+            sample(0.5, 1, 10, 0),
+            sample(0.5, 2, 1_000_000, 0),
+            sample(1.0, 1, 10, 0),
+            sample(1.0, 2, 3_500_000, 5),
+        ];
+        let p = split_panels(&t);
+        assert_eq!(p.len(), 3);
+        let acked = &p[0].lines[1];
+        assert_eq!(acked.name, "acknowledged");
+        // 2.5 MB in 0.5 s: 40 Mbit/s.
+        assert_eq!(acked.points.len(), 1);
+        assert!(
+            (acked.points[0].1 - 40.0).abs() < 1e-9,
+            "{:?}",
+            acked.points
+        );
+        assert_eq!(p[1].lines[0].points, vec![(1.0, 10.0, 0.0)]);
+        assert_eq!(p[2].lines.len(), 3);
+    }
 
     #[test]
     fn recovery_is_the_last_sample_over_the_bound_after_each_drop() {
