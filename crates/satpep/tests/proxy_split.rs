@@ -597,6 +597,16 @@ fn past_the_memory_limit_connections_bypass_and_keep_working() {
     assert_eq!(splits(), before + 1, "{}", log());
 }
 
+/// `satpep status --json` of the gateway's proxy.
+fn gateway_status(lab: &Lab) -> serde_json::Value {
+    let out = lab
+        .command(Host::Gateway, bin())
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// A download through the lab: the server streams on `port` for `secs` seconds, the client
 /// reads it all; the handle gives the bytes read.
 fn download(lab: &Lab, port: u16, secs: u64) -> std::thread::JoinHandle<usize> {
@@ -739,12 +749,7 @@ fn status_shows_the_satellite_model_the_kernel_holds() {
     );
     let reader = download(&lab, 9005, 5);
     std::thread::sleep(Duration::from_millis(3500));
-    let out = lab
-        .command(Host::Gateway, bin())
-        .args(["status", "--json"])
-        .output()
-        .unwrap();
-    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let st = gateway_status(&lab);
     let c = &st["connections"][0];
     assert_eq!(c["satellite"]["congestion"], "satpep_sat", "{st}");
     let m = &c["satellite"]["model"];
@@ -783,15 +788,7 @@ fn a_fast_link_with_a_buffer_below_the_budget_is_found_and_not_overflowed() {
         Some(Pep::default()),
     );
     let reader = download(&lab, 9006, 8);
-    let status = || -> serde_json::Value {
-        let out = lab
-            .command(Host::Gateway, bin())
-            .args(["status", "--json"])
-            .output()
-            .unwrap();
-        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        st["connections"][0]["satellite"].clone()
-    };
+    let status = || gateway_status(&lab)["connections"][0]["satellite"].clone();
     std::thread::sleep(Duration::from_secs(4));
     let a = status();
     std::thread::sleep(Duration::from_secs(3));

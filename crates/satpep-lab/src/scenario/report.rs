@@ -1462,21 +1462,21 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             "conn" => |x| x.1.conn.to_string(),
             "flow" => |x| x.1.flow.to_string(),
             "t_s" => |x| format!("{:.2}", x.1.t),
-            "cwnd_segments" => |x| x.1.cwnd.to_string(),
-            "rtt_ms" => |x| format!("{:.1}", x.1.rtt_ms),
-            "retrans_segments" => |x| x.1.retrans.to_string(),
-            "bytes_acked" => |x| x.1.bytes_acked.to_string(),
-            "pacing_bps" => |x| x.1.pacing_bps.to_string(),
-            "busy_ms" => |x| x.1.busy_ms.to_string(),
-            "rwnd_limited_ms" => |x| x.1.rwnd_limited_ms.to_string(),
-            "sndbuf_limited_ms" => |x| x.1.sndbuf_limited_ms.to_string(),
-            "phase" => |x| x.1.phase.clone(),
-            "model_rate_bps" => |x| x.1.model_rate_bps.to_string(),
-            "model_base_rtt_ms" => |x| o(x.1.model_base_rtt_ms, 1),
-            "queue_ms" => |x| format!("{:.1}", x.1.queue_ms),
-            "channel_loss" => |x| o(x.1.channel_loss, 4),
-            "loss_burst_segments" => |x| n(x.1.loss_burst.map(u64::from)),
-            "shallow_buffer_ms" => |x| o(x.1.shallow_buffer_ms, 1),
+            "cwnd_segments" => |x| x.1.leg.cwnd.to_string(),
+            "rtt_ms" => |x| format!("{:.1}", x.1.leg.rtt_ms),
+            "retrans_segments" => |x| x.1.leg.total_retrans.to_string(),
+            "bytes_acked" => |x| x.1.leg.bytes_acked.to_string(),
+            "pacing_bps" => |x| x.1.leg.pacing_rate_bps.to_string(),
+            "busy_ms" => |x| x.1.leg.busy_ms.to_string(),
+            "rwnd_limited_ms" => |x| x.1.leg.rwnd_limited_ms.to_string(),
+            "sndbuf_limited_ms" => |x| x.1.leg.sndbuf_limited_ms.to_string(),
+            "phase" => |x| x.1.model.phase.clone(),
+            "model_rate_bps" => |x| x.1.model.rate_bps.to_string(),
+            "model_base_rtt_ms" => |x| o(x.1.model.base_rtt_ms, 1),
+            "queue_ms" => |x| format!("{:.1}", x.1.model.queue_ms),
+            "channel_loss" => |x| o(x.1.model.channel_loss, 4),
+            "loss_burst_segments" => |x| n(x.1.model.loss_burst.map(u64::from)),
+            "shallow_buffer_ms" => |x| o(x.1.model.shallow_buffer_ms, 1),
         ],
     );
     vec![
@@ -2016,7 +2016,7 @@ fn time_plot(title: &str, y: &str, lines: Vec<Line>) -> LinePlot {
 /// retransmitted, and the RTTs with the queue the model reads.
 fn split_panels(t: &[SplitSample]) -> Vec<LinePlot> {
     // The connection that carried the most (an iperf3 test's data, not its control).
-    let Some(conn) = t.iter().max_by_key(|s| s.bytes_acked).map(|s| s.conn) else {
+    let Some(conn) = t.iter().max_by_key(|s| s.leg.bytes_acked).map(|s| s.conn) else {
         return Vec::new();
     };
     let t: Vec<SplitSample> = t.iter().filter(|s| s.conn == conn).cloned().collect();
@@ -2031,10 +2031,10 @@ fn split_panels(t: &[SplitSample]) -> Vec<LinePlot> {
             "Mbit/s",
             vec![
                 line("rate model (payload)", &|s| {
-                    Some(s.model_rate_bps as f64 / 1e6)
+                    Some(s.model.rate_bps as f64 / 1e6)
                 }),
                 between("acknowledged", &|a, b| {
-                    let bytes = b.bytes_acked.checked_sub(a.bytes_acked)?;
+                    let bytes = b.leg.bytes_acked.checked_sub(a.leg.bytes_acked)?;
                     Some(bytes as f64 * 8.0 / 1e6 / (b.t - a.t))
                 }),
             ],
@@ -2043,16 +2043,16 @@ fn split_panels(t: &[SplitSample]) -> Vec<LinePlot> {
             "split's satellite leg: segments retransmitted",
             "per second",
             vec![between("retransmitted", &|a, b| {
-                Some(b.retrans.checked_sub(a.retrans)? as f64 / (b.t - a.t))
+                Some(b.leg.total_retrans.checked_sub(a.leg.total_retrans)? as f64 / (b.t - a.t))
             })],
         ),
         plot(
             "split's satellite leg: RTT",
             "ms",
             vec![
-                line("smoothed RTT", &|s| Some(s.rtt_ms)),
-                line("base RTT (model)", &|s| s.model_base_rtt_ms),
-                line("queue the model reads", &|s| Some(s.queue_ms)),
+                line("smoothed RTT", &|s| Some(s.leg.rtt_ms)),
+                line("base RTT (model)", &|s| s.model.base_rtt_ms),
+                line("queue the model reads", &|s| Some(s.model.queue_ms)),
             ],
         ),
     ]
@@ -2147,21 +2147,20 @@ mod tests {
             t,
             conn,
             flow: 0,
-            cwnd: 100,
-            rtt_ms: 600.0,
-            retrans,
-            bytes_acked: acked,
-            pacing_bps: 0,
-            busy_ms: 0,
-            rwnd_limited_ms: 0,
-            sndbuf_limited_ms: 0,
-            phase: "cruise".into(),
-            model_rate_bps: 40_000_000,
-            model_base_rtt_ms: Some(560.0),
-            queue_ms: 20.0,
-            channel_loss: None,
-            loss_burst: None,
-            shallow_buffer_ms: None,
+            leg: satpep_proxy::tcpinfo::LegInfo {
+                cwnd: 100,
+                rtt_ms: 600.0,
+                total_retrans: retrans,
+                bytes_acked: acked,
+                ..Default::default()
+            },
+            model: satpep_proxy::tcpinfo::ModelReading {
+                phase: "cruise".into(),
+                rate_bps: 40_000_000,
+                base_rtt_ms: Some(560.0),
+                queue_ms: 20.0,
+                ..Default::default()
+            },
         };
         assert!(split_panels(&[]).is_empty());
         // Connection 1 is iperf3's control (a few bytes), 2 its data.

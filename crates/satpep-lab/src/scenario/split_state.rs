@@ -7,6 +7,7 @@ use super::traffic::Poll;
 use super::tunnel_state::{fetch_page, metrics_addr};
 use crate::topology::{Host, Lab};
 use satpep_proxy::control::StatusReply;
+use satpep_proxy::tcpinfo::{LegInfo, ModelReading};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -19,40 +20,10 @@ pub struct SplitSample {
     pub conn: u64,
     /// Flow number (iperf3 port − 5201 at the server end; 0 for other ports).
     pub flow: u32,
-    /// Congestion window, segments.
-    pub cwnd: u32,
-    /// Smoothed RTT, ms.
-    pub rtt_ms: f64,
-    /// Segments retransmitted so far.
-    pub retrans: u32,
-    /// Bytes the peer acknowledged so far.
-    pub bytes_acked: u64,
-    /// The pacing rate, bit/s.
-    pub pacing_bps: u64,
-    /// Time the socket spent sending so far, ms; of it, limited by the peer's receive
-    /// window and by its own send buffer.
-    #[serde(default)]
-    pub busy_ms: u64,
-    /// See `busy_ms`.
-    #[serde(default)]
-    pub rwnd_limited_ms: u64,
-    /// See `busy_ms`.
-    #[serde(default)]
-    pub sndbuf_limited_ms: u64,
-    /// startup, drain, cruise, probe or compete.
-    pub phase: String,
-    /// The model's rate, bit/s.
-    pub model_rate_bps: u64,
-    /// The model's base RTT, ms.
-    pub model_base_rtt_ms: Option<f64>,
-    /// The queue the model reads from its latest RTT samples, ms.
-    pub queue_ms: f64,
-    /// The share of segments the model measured the channel losing to noise.
-    pub channel_loss: Option<f64>,
-    /// The noise's mean burst, segments.
-    pub loss_burst: Option<u32>,
-    /// A buffer shallower than the model's slack, ms, once it found one.
-    pub shallow_buffer_ms: Option<f64>,
+    /// The satellite leg's TCP_INFO, as `/connections` gave it (its `model` moved out).
+    pub leg: LegInfo,
+    /// The satellite model the kernel controller holds for it.
+    pub model: ModelReading,
 }
 
 /// Samples the split connections of the proxy in `host` (the satellite leg's sender: the
@@ -81,8 +52,8 @@ pub fn parse(text: &str, t: f64) -> Vec<SplitSample> {
         .connections
         .into_iter()
         .filter_map(|c| {
-            let leg = c.satellite?;
-            let m = leg.model?;
+            let mut leg = c.satellite?;
+            let model = leg.model.take()?;
             let port = c
                 .dst
                 .rsplit_once(':')
@@ -91,21 +62,8 @@ pub fn parse(text: &str, t: f64) -> Vec<SplitSample> {
                 t,
                 conn: c.id,
                 flow: port.and_then(|p| p.checked_sub(5201)).unwrap_or(0),
-                cwnd: leg.cwnd,
-                rtt_ms: leg.rtt_ms,
-                retrans: leg.total_retrans,
-                bytes_acked: leg.bytes_acked,
-                pacing_bps: leg.pacing_rate_bps,
-                busy_ms: leg.busy_ms,
-                rwnd_limited_ms: leg.rwnd_limited_ms,
-                sndbuf_limited_ms: leg.sndbuf_limited_ms,
-                phase: m.phase,
-                model_rate_bps: m.rate_bps,
-                model_base_rtt_ms: m.base_rtt_ms,
-                queue_ms: m.queue_ms,
-                channel_loss: m.channel_loss,
-                loss_burst: m.loss_burst,
-                shallow_buffer_ms: m.shallow_buffer_ms,
+                leg,
+                model,
             })
         })
         .collect()
@@ -115,7 +73,6 @@ pub fn parse(text: &str, t: f64) -> Vec<SplitSample> {
 mod tests {
     use super::*;
     use satpep_proxy::registry::ConnStatus;
-    use satpep_proxy::tcpinfo::{LegInfo, ModelReading};
 
     #[test]
     fn reads_the_connections_that_run_the_model() {
@@ -164,14 +121,15 @@ mod tests {
         assert_eq!(s.len(), 1, "{s:?}");
         let s = &s[0];
         assert_eq!(
-            (s.t, s.conn, s.flow, s.cwnd, s.retrans),
+            (s.t, s.conn, s.flow, s.leg.cwnd, s.leg.total_retrans),
             (2.5, 7, 1, 4000, 17)
         );
-        assert_eq!(s.phase, "cruise");
-        assert_eq!(s.model_rate_bps, 47_000_000);
-        assert_eq!(s.model_base_rtt_ms, Some(560.0));
-        assert_eq!(s.queue_ms, 12.5);
-        assert_eq!(s.channel_loss, Some(0.001));
+        assert_eq!(s.leg.model, None);
+        assert_eq!(s.model.phase, "cruise");
+        assert_eq!(s.model.rate_bps, 47_000_000);
+        assert_eq!(s.model.base_rtt_ms, Some(560.0));
+        assert_eq!(s.model.queue_ms, 12.5);
+        assert_eq!(s.model.channel_loss, Some(0.001));
         // Not JSON (a proxy that answered something else): no samples, no panic.
         assert!(parse("HTTP/1.0 404", 1.0).is_empty());
     }
