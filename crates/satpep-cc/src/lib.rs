@@ -27,6 +27,8 @@ macro_rules! skeleton {
     };
 }
 
+pub mod flow_drop;
+
 /// Opens, configures, loads and registers one skeleton; returns its struct_ops link.
 macro_rules! load_skel {
     ($name:expr, $builder:ty, $map:ident, |$open:ident| $configure:block) => {{
