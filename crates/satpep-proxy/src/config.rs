@@ -372,6 +372,20 @@ pub struct ProxySection {
     /// How bytes move between the legs: "splice" (zero-copy through a kernel pipe) or "copy"
     /// (through user space; for comparison).
     pub relay: String,
+    /// How a direction holds back a sender faster than the other leg: "plain" (the
+    /// excess waits in the pipe and the downstream socket's send buffer, then in the
+    /// upstream receive buffer) or "improved" (Bharadwaj 1999 §4.3: the downstream socket
+    /// holds little beyond what its send window lets it send, so the excess waits upstream,
+    /// whose advertised window shrinks at once).
+    pub back_pressure: String,
+    /// Drop-based flow control (Bharadwaj 1999 §4.2): when more is buffered for a direction
+    /// than max(half the upstream receive window, twice the downstream congestion window),
+    /// drop one arriving segment unacknowledged, and no other until its retransmission
+    /// arrives. Needs BPF at start.
+    pub drop_flow_control: bool,
+    /// Bharadwaj 1999 ch. 6's buffer sizing: the upstream receive window (B1) is set, every
+    /// two upstream round trips, from the downstream leg's window, send window and queue.
+    pub buffer_sizing: bool,
     /// Most connections split at once; past it new connections are forwarded end to end.
     pub max_connections: u32,
     /// Most memory buffered for connections (kernel TCP memory plus relay pipes), as a size
@@ -412,6 +426,9 @@ impl Default for ProxySection {
             queue: 0x5350,
             buffer: "256KiB".into(),
             relay: "splice".into(),
+            back_pressure: "plain".into(),
+            drop_flow_control: false,
+            buffer_sizing: false,
             max_connections: 10_000,
             max_memory: "25%".into(),
             metrics: "127.0.0.1:9917".into(),
@@ -506,6 +523,18 @@ impl ProxyConfig {
     }
 }
 
+/// How the relay holds back a sender faster than the other leg (Bharadwaj 1999 §4.2–4.3,
+/// ch. 6); see `crate::flow_control`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowControl {
+    /// Improved back-pressure: each socket holds at most a low-water mark unsent.
+    pub improved: bool,
+    /// Drop-based flow control.
+    pub drop: bool,
+    /// Chapter 6's buffer sizing of the upstream receive window.
+    pub sizing: bool,
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProxyConfig {
@@ -539,6 +568,9 @@ pub struct ProxyConfig {
     pub buffer: usize,
     /// Zero-copy relay (splice) rather than copying.
     pub splice: bool,
+    /// How the relay holds back a fast sender (`proxy.back_pressure`,
+    /// `proxy.drop_flow_control`, `proxy.buffer_sizing`).
+    pub flow: FlowControl,
     /// Connection limit.
     pub max_connections: u32,
     /// Memory limit, bytes.
@@ -731,6 +763,32 @@ impl ProxyFile {
                 ))
             }
         };
+        let improved = match p.back_pressure.as_str() {
+            "plain" => false,
+            "improved" => true,
+            other => {
+                return Err(format!(
+                    "proxy.back_pressure: '{other}' (use \"plain\" or \"improved\")"
+                ))
+            }
+        };
+        let flow = FlowControl {
+            improved,
+            drop: p.drop_flow_control,
+            sizing: p.buffer_sizing,
+        };
+        if self.tunnel.is_some() && flow != FlowControl::default() {
+            let key = if flow.improved {
+                "back_pressure"
+            } else if flow.drop {
+                "drop_flow_control"
+            } else {
+                "buffer_sizing"
+            };
+            return Err(format!(
+                "proxy.{key}: applies to split connections; a tunnel's flows are held back by QUIC's own flow control (remove it from the [tunnel] configuration)"
+            ));
+        }
         if p.max_connections == 0 {
             return Err("proxy.max_connections: must be at least 1".into());
         }
@@ -768,6 +826,7 @@ impl ProxyFile {
             strict,
             queue: p.queue,
             splice,
+            flow,
             max_connections: p.max_connections,
             max_memory,
             keepalive,
@@ -901,6 +960,21 @@ mod tests {
     }
 
     #[test]
+    fn flow_control_is_off_by_default_and_split_only() {
+        assert_eq!(cfg("").unwrap().flow, FlowControl::default());
+        let c =
+            cfg("[proxy]\nback_pressure='improved'\ndrop_flow_control=true\nbuffer_sizing=true\n")
+                .unwrap();
+        assert!(c.flow.improved && c.flow.drop && c.flow.sizing);
+        let e = cfg("[proxy]\ndrop_flow_control=true\n[tunnel]\nrole='gateway'\nca='ca.pem'\ncert='g.pem'\nkey='g.key'\n")
+            .unwrap_err();
+        assert!(
+            e.contains("proxy.drop_flow_control") && e.contains("QUIC"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn memory_limit_as_size_or_share() {
         assert_eq!(parse_memory("2GiB", 0), Ok(2 << 30));
         assert_eq!(parse_memory("25%", 8 << 30), Ok(2 << 30));
@@ -937,6 +1011,8 @@ mod tests {
             ("[proxy]\nsatellite_side='left'", "proxy.satellite_side"),
             ("[proxy]\nbuffer='1B'", "proxy.buffer"),
             ("[proxy]\nrelay='mmap'", "proxy.relay"),
+            ("[proxy]\nback_pressure='strong'", "proxy.back_pressure"),
+            ("[proxy]\nbuffer_sizing='yes'", "buffer_sizing"),
             ("[proxy]\nhandshake='slow'", "proxy.handshake"),
             ("[proxy]\nqueue=70000", "queue"),
             ("[proxy]\nmax_memory='120%'", "proxy.max_memory"),

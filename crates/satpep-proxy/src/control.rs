@@ -324,6 +324,11 @@ pub fn metrics(reg: &Registry) -> String {
         ConstCounter::new(k.copied.load(Relaxed)),
     );
     r.register(
+        "flow_control_drops",
+        "Segments drop-based flow control dropped (proxy.drop_flow_control)",
+        ConstCounter::new(crate::flow_control::drops_total()),
+    );
+    r.register(
         "memory_bytes",
         "Memory buffered for connections: kernel TCP memory (whole host) plus relay pipes",
         ConstGauge::new(crate::server::buffered_memory() as i64),

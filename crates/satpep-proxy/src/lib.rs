@@ -9,6 +9,7 @@ pub const CONNECTION_LOG: &str = "satpep::connection";
 pub mod adaptive;
 pub mod config;
 pub mod control;
+pub mod flow_control;
 pub mod hold;
 pub mod lifecycle;
 pub mod netfilter;

@@ -73,6 +73,12 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig, legs_reload: bool) -> Ve
     differ("proxy.queue", old.queue != new.queue);
     differ("proxy.buffer", old.buffer != new.buffer);
     differ("proxy.relay", old.splice != new.splice);
+    differ(
+        "proxy.back_pressure",
+        old.flow.improved != new.flow.improved,
+    );
+    differ("proxy.drop_flow_control", old.flow.drop != new.flow.drop);
+    differ("proxy.buffer_sizing", old.flow.sizing != new.flow.sizing);
     differ("proxy.metrics", old.metrics != new.metrics);
     differ("proxy.connections", old.connections != new.connections);
     differ("proxy.keepalive", old.keepalive != new.keepalive);

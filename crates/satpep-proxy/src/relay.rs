@@ -6,20 +6,24 @@
 //! buffer of data: the next read waits for room, so when the downstream side is slow the
 //! excess stays in the upstream socket's receive buffer and its advertised window shrinks.
 //! This is plain back-pressure through fixed buffers (the pipe, and the downstream socket's
-//! send buffer, which the kernel sizes), not Bharadwaj's *improved* back-pressure (001 §4.3:
-//! the downstream send queue held to the downstream send window), which satpep does not do
-//! yet (docs/proxy.md, "Back-pressure").
+//! send buffer, which the kernel sizes). `proxy.back_pressure = "improved"`, drop-based flow
+//! control and buffer sizing (Bharadwaj 1999) are in [`crate::flow_control`]; each direction
+//! calls its [`Regulator`] as data arrives.
 //!
 //! The buffer is a kernel pipe and bytes move with splice(2), so payload is never copied into
 //! user space. If the kernel will not give a pipe, the direction falls back to copying
 //! through a user-space buffer of the same size. Either is held only while bytes are in
 //! flight: an idle connection costs its two sockets and no buffer.
 
+use crate::config::FlowControl;
+use crate::flow_control::{self, Regulator};
 use crate::sockets::{close_cleanly, reset_on_close};
+use satpep_cc::flow_drop::DropFilter;
 use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
@@ -43,6 +47,19 @@ pub enum End {
     ResetOut,
 }
 
+/// How a connection's bytes move between its legs.
+#[derive(Clone, Default)]
+pub struct RelayOptions {
+    /// The buffer per direction, bytes.
+    pub buf_len: usize,
+    /// Splice through kernel pipes (else copy through user space).
+    pub zero_copy: bool,
+    /// Flow control (`crate::flow_control`).
+    pub flow: FlowControl,
+    /// The loaded drop filter, when drop-based flow control is on.
+    pub filter: Option<Arc<DropFilter>>,
+}
+
 /// Bytes relayed each way and how the connection ended.
 #[derive(Debug, Clone, Copy)]
 pub struct Relayed {
@@ -56,6 +73,8 @@ pub struct Relayed {
     pub down_end: End,
     /// The bytes were copied through user space, not spliced.
     pub copied: bool,
+    /// Segments drop-based flow control dropped, both directions.
+    pub drops: u64,
 }
 
 /// Copies one direction through a user-space buffer; returns how it ended and the bytes
@@ -94,17 +113,28 @@ where
 pub async fn relay(
     client: &mut TcpStream,
     server: &mut TcpStream,
-    buf_len: usize,
-    zero_copy: bool,
+    opts: &RelayOptions,
     up: &AtomicU64,
     down: &AtomicU64,
     abort: &tokio::sync::Notify,
 ) -> Relayed {
     let copied = std::sync::atomic::AtomicBool::new(false);
+    let filter = opts.filter.as_ref();
+    let mut up_flow = Regulator::new(opts.flow, filter, &*client);
+    let mut down_flow = Regulator::new(opts.flow, filter, &*server);
+    if opts.flow.improved {
+        flow_control::hold_unsent(client.as_raw_fd());
+        flow_control::hold_unsent(server.as_raw_fd());
+    }
+    let (up_len, down_len) = (
+        up_flow.pipe_len(opts.buf_len),
+        down_flow.pipe_len(opts.buf_len),
+    );
+    let zero_copy = opts.zero_copy;
     let (up_end, down_end) = tokio::select! {
         r = both_ways(
-            one_way(client, server, buf_len, zero_copy, up, &copied),
-            one_way(server, client, buf_len, zero_copy, down, &copied),
+            one_way(client, server, up_len, zero_copy, up, &copied, &mut up_flow),
+            one_way(server, client, down_len, zero_copy, down, &copied, &mut down_flow),
         ) => r,
         // Reset both legs (the idle timeout).
         _ = abort.notified() => (Some((End::ResetIn, up.load(Relaxed))), None),
@@ -128,6 +158,7 @@ pub async fn relay(
         up_end,
         down_end,
         copied,
+        drops: up_flow.drops() + down_flow.drops(),
     }
 }
 
@@ -305,6 +336,7 @@ async fn one_way(
     zero_copy: bool,
     live: &AtomicU64,
     copied: &std::sync::atomic::AtomicBool,
+    flow: &mut Regulator,
 ) -> (End, u64) {
     let (rfd, wfd) = (r.as_raw_fd(), w.as_raw_fd());
     let (mut count, mut eof, mut pipe_full) = (0u64, false, false);
@@ -360,7 +392,10 @@ async fn one_way(
                 }),
             };
             match got {
-                Ok(Filled::Bytes(n)) => held.add(n),
+                Ok(Filled::Bytes(n)) => {
+                    held.add(n);
+                    flow.on_data(rfd, wfd, held.0 as u64);
+                }
                 Ok(Filled::Eof) => eof = true,
                 Ok(Filled::PipeFull) => pipe_full = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket_empty = true,
@@ -436,15 +471,11 @@ mod tests {
         let (mut origin, mut server) = pair().await;
         let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
         let abort = tokio::sync::Notify::new();
-        let relayed = relay(
-            &mut client,
-            &mut server,
-            64 << 10,
-            false,
-            &up,
-            &down,
-            &abort,
-        );
+        let opts = RelayOptions {
+            buf_len: 64 << 10,
+            ..Default::default()
+        };
+        let relayed = relay(&mut client, &mut server, &opts, &up, &down, &abort);
         let ends = async {
             let data = vec![7u8; 1 << 20];
             origin.write_all(&data).await.unwrap();

@@ -201,6 +201,9 @@ fn check_and_load(cfg: &mut ProxyConfig) -> Result<Vec<satpep_cc::Loaded>, Strin
             ));
         }
     }
+    if cfg.flow.drop && cfg.tunnel.is_none() {
+        crate::flow_control::load_filter(cfg.max_connections)?;
+    }
     for leg in [&cfg.satellite, &cfg.terrestrial] {
         let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
             .map_err(|e| e.to_string())?;
@@ -883,11 +886,16 @@ async fn handle(
     conn.up.fetch_add(first.len() as u64, Relaxed);
     let (mut client, mut server) = (client, server);
     crate::sockets::keepalive(SockRef::from(&server), cfg.keepalive);
+    let opts = crate::relay::RelayOptions {
+        buf_len: cfg.buffer,
+        zero_copy: cfg.splice,
+        flow: cfg.flow,
+        filter: crate::flow_control::filter(),
+    };
     let r = relay(
         &mut client,
         &mut server,
-        cfg.buffer,
-        cfg.splice,
+        &opts,
         &conn.up,
         &conn.down,
         &conn.abort,

@@ -6,6 +6,23 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 
+/// Reads an integer socket option; None if the socket has no such option.
+pub fn getopt_int(fd: i32, level: i32, opt: i32) -> Option<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most len bytes into v.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            opt,
+            &mut v as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
 /// Sets an integer socket option.
 pub fn setopt_int(fd: i32, level: i32, opt: i32, v: i32) -> io::Result<()> {
     // SAFETY: pointer to a live c_int with its size.

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use std::os::fd::RawFd;
 
-/// `struct tcp_info` from `linux/tcp.h`, up to `tcpi_snd_wnd`.
+/// `struct tcp_info` from `linux/tcp.h`, up to `tcpi_rcv_wnd`.
 #[repr(C)]
 #[derive(Default, Clone, Copy)]
 struct RawTcpInfo {
@@ -63,6 +63,8 @@ struct RawTcpInfo {
     reord_seen: u32,
     rcv_ooopack: u32,
     snd_wnd: u32,
+    /// Since Linux 6.9 (0 before: the kernel writes less).
+    rcv_wnd: u32,
 }
 
 /// What one leg's socket reports.
@@ -92,6 +94,18 @@ pub struct LegInfo {
     pub bytes_received: u64,
     /// Bytes written but not yet sent.
     pub notsent_bytes: u32,
+    /// Bytes received and not yet read by the relay (SIOCINQ).
+    #[serde(default)]
+    pub recv_queue: u64,
+    /// Bytes written and not yet acknowledged, sent or not (SIOCOUTQ).
+    #[serde(default)]
+    pub send_queue: u64,
+    /// The window this socket offers its peer, bytes (None before Linux 6.9).
+    #[serde(default)]
+    pub rcv_wnd: Option<u64>,
+    /// The most this socket may offer (TCP_WINDOW_CLAMP: what buffer sizing sets).
+    #[serde(default)]
+    pub window_clamp: u64,
     /// Time spent sending data so far, ms (the kernel's busy time).
     #[serde(default)]
     pub busy_ms: u64,
@@ -108,7 +122,7 @@ pub struct LegInfo {
 }
 
 /// The socket's cookie (`SO_COOKIE`): what the kernel and BPF programs name it by.
-fn cookie(fd: RawFd) -> Option<u64> {
+pub(crate) fn cookie(fd: RawFd) -> Option<u64> {
     let mut c = 0u64;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
     // SAFETY: c is writable for len bytes.
@@ -179,8 +193,7 @@ fn congestion(fd: RawFd) -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-/// Reads `TCP_INFO` of socket `fd`; `None` if it is not a TCP socket any more.
-pub fn read(fd: RawFd) -> Option<LegInfo> {
+fn raw(fd: RawFd) -> Option<RawTcpInfo> {
     let mut t = RawTcpInfo::default();
     let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
     // SAFETY: t is a plain struct writable for len bytes; the kernel writes at most len.
@@ -193,9 +206,66 @@ pub fn read(fd: RawFd) -> Option<LegInfo> {
             &mut len,
         )
     };
-    if r != 0 {
-        return None;
+    (r == 0).then_some(t)
+}
+
+/// A socket's queue as an ioctl reads it (SIOCINQ, SIOCOUTQ); 0 if it cannot.
+pub fn queue(fd: RawFd, which: libc::c_ulong) -> u64 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: both ioctls write one c_int.
+    if unsafe { libc::ioctl(fd, which, &mut n) } == 0 {
+        n.max(0) as u64
+    } else {
+        0
     }
+}
+
+/// TCP_WINDOW_CLAMP of a socket; 0 if it cannot be read.
+fn window_clamp(fd: RawFd) -> u64 {
+    crate::sockets::getopt_int(fd, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP)
+        .map_or(0, |v| v.max(0) as u64)
+}
+
+/// What flow control reads of one socket (`crate::flow_control`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FlowInfo {
+    /// Congestion window, bytes.
+    pub cwnd_bytes: u64,
+    /// Slow-start threshold, bytes (None while infinite).
+    pub ssthresh_bytes: Option<u64>,
+    /// The peer's advertised window, bytes.
+    pub snd_wnd: u64,
+    /// The window this socket offers, bytes (None before Linux 6.9).
+    pub rcv_wnd: Option<u64>,
+    /// Receive space the kernel's autotuning measured, bytes (the fallback for `rcv_wnd`).
+    pub rcv_space: u64,
+    /// Written and not yet sent, bytes.
+    pub notsent: u64,
+    /// Smoothed RTT, µs.
+    pub srtt_us: u64,
+    /// Send MSS, bytes.
+    pub mss: u64,
+}
+
+/// Reads what flow control needs from `TCP_INFO`; `None` if `fd` is not a TCP socket.
+pub fn flow(fd: RawFd) -> Option<FlowInfo> {
+    let t = raw(fd)?;
+    let mss = t.snd_mss.max(1) as u64;
+    Some(FlowInfo {
+        cwnd_bytes: t.snd_cwnd as u64 * mss,
+        ssthresh_bytes: (t.snd_ssthresh < 0x7fff_0000).then(|| t.snd_ssthresh as u64 * mss),
+        snd_wnd: t.snd_wnd as u64,
+        rcv_wnd: (t.rcv_wnd > 0).then_some(t.rcv_wnd as u64),
+        rcv_space: t.rcv_space as u64,
+        notsent: t.notsent_bytes as u64,
+        srtt_us: t.rtt as u64,
+        mss,
+    })
+}
+
+/// Reads `TCP_INFO` of socket `fd`; `None` if it is not a TCP socket any more.
+pub fn read(fd: RawFd) -> Option<LegInfo> {
+    let t = raw(fd)?;
     Some(LegInfo {
         congestion: congestion(fd),
         rtt_ms: t.rtt as f64 / 1000.0,
@@ -218,6 +288,10 @@ pub fn read(fd: RawFd) -> Option<LegInfo> {
         bytes_acked: t.bytes_acked,
         bytes_received: t.bytes_received,
         notsent_bytes: t.notsent_bytes,
+        recv_queue: queue(fd, libc::FIONREAD),
+        send_queue: queue(fd, libc::TIOCOUTQ),
+        rcv_wnd: (t.rcv_wnd > 0).then_some(t.rcv_wnd as u64),
+        window_clamp: window_clamp(fd),
         busy_ms: t.busy_time / 1000,
         rwnd_limited_ms: t.rwnd_limited / 1000,
         sndbuf_limited_ms: t.sndbuf_limited / 1000,
@@ -233,8 +307,8 @@ mod tests {
 
     #[test]
     fn layout_matches_the_kernel() {
-        // Up to tcpi_snd_wnd the uapi struct is 232 bytes.
-        assert_eq!(std::mem::size_of::<RawTcpInfo>(), 232);
+        // Up to tcpi_snd_wnd the uapi struct is 232 bytes; tcpi_rcv_wnd follows.
+        assert_eq!(std::mem::offset_of!(RawTcpInfo, rcv_wnd), 232);
     }
 
     #[test]
