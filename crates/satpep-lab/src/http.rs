@@ -116,19 +116,35 @@ pub struct Fetch {
 
 /// Starts `curl` in `host` fetching `url`; keeps the body in `out` if given.
 pub fn spawn_fetch(lab: &Lab, host: Host, url: &str, out: Option<&PathBuf>, max_s: u32) -> Child {
+    spawn_fetch_at(lab, host, url, out, max_s, None)
+}
+
+/// [`spawn_fetch`], reading at most `read_bps` bytes per second (curl's `--limit-rate`: a
+/// slow reader, whose receive window closes as its buffer fills).
+pub fn spawn_fetch_at(
+    lab: &Lab,
+    host: Host,
+    url: &str,
+    out: Option<&PathBuf>,
+    max_s: u32,
+    read_bps: Option<u64>,
+) -> Child {
     let o = out.map_or("/dev/null".to_string(), |p| p.display().to_string());
-    lab.command(host, "curl")
-        .args([
-            "-s",
-            "-o",
-            &o,
-            "--max-time",
-            &max_s.to_string(),
-            "-w",
-            "%{time_total} %{size_download} %{http_code}",
-            url,
-        ])
-        .stdin(Stdio::null())
+    let mut c = lab.command(host, "curl");
+    c.args([
+        "-s",
+        "-o",
+        &o,
+        "--max-time",
+        &max_s.to_string(),
+        "-w",
+        "%{time_total} %{size_download} %{http_code}",
+        url,
+    ]);
+    if let Some(r) = read_bps {
+        c.args(["--limit-rate", &r.max(1).to_string()]);
+    }
+    c.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -27,6 +27,12 @@ pub struct StatusReply {
     pub failed: u64,
     /// Connections forwarded unsplit because of the limit.
     pub bypassed: u64,
+    /// Bytes held in relay pipes now (beside the sockets' queues each leg shows).
+    #[serde(default)]
+    pub piped_bytes: u64,
+    /// Segments drop-based flow control has dropped since start.
+    #[serde(default)]
+    pub flow_drops: u64,
 }
 
 /// A counter's value with one optional label (key, value; empty key: none).
@@ -473,6 +479,8 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>, routes: Rou
                 total: k.total.load(Relaxed),
                 failed: k.failed.load(Relaxed),
                 bypassed: reg.bypassed(),
+                piped_bytes: crate::relay::piped_bytes(),
+                flow_drops: crate::flow_control::drops_total(),
             };
             (
                 "200 OK",

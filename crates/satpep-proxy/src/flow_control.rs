@@ -14,8 +14,9 @@
 //!   segment arriving on C1 is dropped unacknowledged, and no other until its
 //!   retransmission has arrived (`satpep_cc::flow_drop`): the sender halves its window
 //!   instead of running into a zero window.
-//! - **Buffer sizing** (ch. 6): every two upstream round trips, C1's offered window B1 is
-//!   set from C2's state by the four cases of §6.3 ([`Sizing`]), with `TCP_WINDOW_CLAMP`.
+//! - **Buffer sizing** (ch. 6): every two upstream round trips, C1's receive buffer B1 (its
+//!   window with nothing queued) is set from C2's state by the four cases of §6.3
+//!   ([`Sizing`]).
 
 use crate::config::FlowControl;
 use crate::tcpinfo::{self, FlowInfo};
@@ -74,6 +75,10 @@ pub struct Readings {
     pub q1: u64,
     /// The window C1 offers now.
     pub rcv_wnd: u64,
+    /// C1's RTT as its receiving side measured it, µs (None: not yet).
+    pub up_rtt_us: Option<u64>,
+    /// C1's receive buffer as the kernel counts it (twice what was set).
+    pub up_rcvbuf: u64,
     /// Q'2: bytes sent or queued on C2 (SIOCOUTQ).
     pub q2: u64,
     /// C2's state.
@@ -88,6 +93,8 @@ impl Readings {
         Some(Readings {
             q1: tcpinfo::queue(r, libc::FIONREAD) + piped,
             rcv_wnd: up.rcv_wnd.unwrap_or(up.rcv_space),
+            up_rtt_us: up.rcv_rtt_us,
+            up_rcvbuf: up.rcvbuf,
             q2: tcpinfo::queue(w, libc::TIOCOUTQ),
             down,
         })
@@ -122,6 +129,8 @@ pub struct Sizing {
     raised_at: Option<u64>,
     /// A raise did not fill C2: the bottleneck is upstream; no more raises until C1 queues.
     upstream_bound: bool,
+    /// A step has set B1.
+    stepped: bool,
 }
 
 /// Which of 001 §6.3's cases a step found.
@@ -151,15 +160,23 @@ impl Sizing {
             }
         }
         self.since = Some(now);
-        let b1 = *self.b1.get_or_insert(r.rcv_wnd + r.q1);
+        // B1 before the first step: the buffer the kernel gave C1 (it doubles what it is
+        // told; half of it is about the window it offers with nothing queued).
+        // Until a step sets it, B1 is what the kernel gives (its autotuning may grow it).
+        let set = self.stepped;
+        if !set {
+            self.b1 = Some((r.rcv_wnd + r.q1).max(r.up_rcvbuf / 2));
+        }
+        let b1 = self.b1.unwrap_or_default();
         if r.q1 > 0 {
             self.upstream_bound = false;
         }
         let d = &r.down;
         let tau2 = d.srtt_us.max(1);
         let r1 = b1.saturating_sub(r.q1);
-        // Step 3: an idle leg, a reduction not yet felt, or a bottleneck upstream.
-        if r.q2 == 0 || r1 == 0 || (r.q1 == 0 && self.upstream_bound) {
+        // Step 3: an idle leg, a reduction not yet felt (a window closed before the first
+        // step is a full buffer, not one), or a bottleneck upstream.
+        if r.q2 == 0 || (r1 == 0 && set) || (r.q1 == 0 && self.upstream_bound) {
             return None;
         }
         let window = d.snd_wnd.min(d.cwnd_bytes).max(1);
@@ -177,8 +194,8 @@ impl Sizing {
             // negative term; then b / τ1 = 2T / τ2 with T the last slow-start threshold.
             let slope = d.mss * self.t1_us.max(1) / (2 * tau2);
             let t1 = r1 * tau2 / d.cwnd_bytes.saturating_sub(slope).max(d.mss);
-            let t = d.ssthresh_bytes.unwrap_or(d.cwnd_bytes);
-            (Case::CwndLimited, 2 * t * t1 / tau2, t1)
+            // b from the final τ1, below.
+            (Case::CwndLimited, 0, t1)
         } else {
             // Case 4: τ1 <= B1 / Q'2 x τ2; b = B1 x S2 / Q'2 (at most x4 a step).
             if self.raised_at.is_some_and(|q| r.q2 <= q) {
@@ -193,9 +210,21 @@ impl Sizing {
         if case != Case::Starved {
             self.raised_at = None;
         }
+        // 1999's receivers had no estimate of τ1, hence the bounds; Linux's receiver measures
+        // one (tcpi_rcv_rtt). A bound far above it leaves B1 large: at a gateway fed over a
+        // 1 ms LAN toward a 500 ms hop, case 3's bound from R1 kept B1 at twice what was free
+        // and the proxy held 4.5 MB. So τ1 is the smaller of the two.
+        let t1 = r.up_rtt_us.map_or(t1, |m| t1.min(m.max(1)));
+        let b = if case == Case::CwndLimited {
+            let t = d.ssthresh_bytes.unwrap_or(d.cwnd_bytes);
+            2 * t * t1 / tau2
+        } else {
+            b
+        };
         self.t1_us = t1.clamp(1_000, 10_000_000);
         let b = b.clamp(MIN_B1, MAX_B1);
         self.b1 = Some(b);
+        self.stepped = true;
         Some((case, b))
     }
 }
@@ -209,8 +238,11 @@ pub struct Regulator {
     next_look: Instant,
     /// Drops counted into [`DROPS`] so far.
     counted: u64,
+
     /// B1 as last set on C1.
     pub b1: Option<u64>,
+    /// B1 as the algorithm last set it, while C1's buffer is not there yet.
+    want: Option<u64>,
 }
 
 impl Regulator {
@@ -228,6 +260,7 @@ impl Regulator {
             next_look: Instant::now(),
             counted: 0,
             b1: None,
+            want: None,
         }
     }
 
@@ -265,12 +298,41 @@ impl Regulator {
             }
         }
         if self.cfg.sizing {
-            if let Some((_, b)) = self.sizing.on_data(now, &readings) {
-                let b = b.min(i32::MAX as u64) as i32;
-                if crate::sockets::setopt_int(r, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, b)
-                    .is_ok()
-                {
-                    self.b1 = Some(b as u64);
+            let step = self.sizing.on_data(now, &readings);
+            if let Some((_, b)) = step {
+                self.want = Some(b);
+            }
+            // B1 as the algorithm set it, applied as far as it safely can be now, and again
+            // at each look until it is: never below what is queued plus what may still be
+            // on its way, since a kernel socket cannot take back a window it offered and
+            // drops what arrives past its buffer (a terminal's satellite leg cut from 7 MB
+            // to 64 KB under a slow reader made the gateway retransmit 343 segments of
+            // 2 200). A closed window has nothing on its way: then the buffer may go below
+            // what is queued, and the window stays closed until the queue is under it
+            // (applied once at a moment the window was open, a LAN sender kept it full and
+            // B1 never came down).
+            if let Some(want) = self.want {
+                // What may still be on its way: at most the window last offered (an
+                // estimate from C1's inflow rate and RTT fell short when a window opened
+                // on a long path: 705 retransmissions in a 16 MB transfer).
+                let floor = if readings.rcv_wnd > 0 {
+                    readings.q1 + readings.rcv_wnd
+                } else {
+                    0
+                };
+                // Raised at once; lowered only as far as is safe, and never raised by the
+                // floor (that would let the queue grow into what it freed).
+                let current = self.b1.unwrap_or(readings.up_rcvbuf / 2);
+                let b = if want >= current {
+                    want
+                } else {
+                    want.max(floor)
+                };
+                if (b < current || want > current) && set_receive_buffer(r, b).is_ok() {
+                    self.b1 = Some(b);
+                }
+                if self.b1 == Some(want) {
+                    self.want = None;
                 }
             }
         }
@@ -280,6 +342,18 @@ impl Regulator {
     pub fn drops(&self) -> u64 {
         self.slot.as_ref().map_or(0, |s| s.drops())
     }
+}
+
+/// Sets C1's receive buffer to offer about `b` with nothing queued, less what is queued (001's
+/// B1, R1 = B1 - Q1). The kernel doubles SO_RCVBUF for its overhead and offers about half to
+/// three quarters of its buffer as window. A window clamp (TCP_WINDOW_CLAMP) would not do:
+/// it caps the window beyond what is queued, so a LAN sender kept 4 MB queued at a gateway
+/// under a 32 KB clamp. Setting it stops the kernel's autotuning of this socket's buffer,
+/// which sizing replaces. FORCE: past net.core.rmem_max (the proxy keeps CAP_NET_ADMIN).
+fn set_receive_buffer(fd: RawFd, b: u64) -> std::io::Result<()> {
+    let b = b.min(i32::MAX as u64 / 2) as i32;
+    crate::sockets::setopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, b)
+        .or_else(|_| crate::sockets::setopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, b))
 }
 
 /// Improved back-pressure on a socket: its low-water mark, unless its leg set one.
@@ -298,6 +372,8 @@ mod tests {
         Readings {
             q1,
             rcv_wnd: 1 << 20,
+            up_rtt_us: None,
+            up_rcvbuf: 0,
             q2,
             down: FlowInfo {
                 cwnd_bytes: cwnd,
@@ -307,7 +383,9 @@ mod tests {
                 rcv_space: 0,
                 notsent: 0,
                 srtt_us: 500_000,
+                rcv_rtt_us: None,
                 mss: 1448,
+                rcvbuf: 0,
             },
         }
     }
@@ -377,5 +455,36 @@ mod tests {
         // Case 1: no queue, C2 full: nothing to change.
         let t = t + Duration::from_secs(60);
         assert_eq!(s.on_data(t, &readings(0, 1 << 20, 4 << 20, 1 << 20)), None);
+    }
+
+    #[test]
+    fn a_full_buffer_before_the_first_step_is_no_reduction_in_progress() {
+        // An HTTP reply's head queues while the far leg is idle (step 3 skips), then the
+        // body fills the buffer and closes the window: R1 = 0, but nothing was reduced yet.
+        let t0 = Instant::now();
+        let mut s = Sizing::default();
+        let mut head = readings(82, 0, 2 << 20, 64 << 10);
+        head.rcv_wnd = 2 << 20;
+        assert_eq!(s.on_data(t0, &head), None);
+        let mut full = readings(4 << 20, 500 << 10, 2 << 20, 1 << 20);
+        full.rcv_wnd = 0;
+        let t = t0 + Duration::from_millis(5);
+        assert!(s.on_data(t, &full).is_some(), "no step with a full buffer");
+    }
+
+    #[test]
+    fn a_measured_upstream_rtt_below_the_bound_sizes_the_window_by_it() {
+        // A gateway fed over a 2 ms LAN toward a 500 ms hop, its satellite leg cwnd-limited:
+        // B1 carries twice the threshold per 2 ms, not what the loose bound from R1 allows.
+        let mut r = readings(64 << 10, 1 << 20, 4 << 20, 1 << 20);
+        r.up_rtt_us = Some(2_000);
+        let (c, b) = Sizing::default().on_data(Instant::now(), &r).unwrap();
+        assert_eq!(c, Case::CwndLimited);
+        assert_eq!(b, (2 * (512u64 << 10) * 2_000 / 500_000).max(MIN_B1));
+        let unmeasured = readings(64 << 10, 1 << 20, 4 << 20, 1 << 20);
+        let (_, loose) = Sizing::default()
+            .on_data(Instant::now(), &unmeasured)
+            .unwrap();
+        assert!(loose > 10 * b, "{loose} against {b}");
     }
 }

@@ -103,9 +103,10 @@ pub struct LegInfo {
     /// The window this socket offers its peer, bytes (None before Linux 6.9).
     #[serde(default)]
     pub rcv_wnd: Option<u64>,
-    /// The most this socket may offer (TCP_WINDOW_CLAMP: what buffer sizing sets).
+    /// Its receive buffer, bytes (SO_RCVBUF, as the kernel counts it: what autotuning grows
+    /// and buffer sizing sets).
     #[serde(default)]
-    pub window_clamp: u64,
+    pub rcvbuf: u64,
     /// Time spent sending data so far, ms (the kernel's busy time).
     #[serde(default)]
     pub busy_ms: u64,
@@ -193,7 +194,8 @@ fn congestion(fd: RawFd) -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-fn raw(fd: RawFd) -> Option<RawTcpInfo> {
+/// `TCP_INFO` and how many bytes of it the kernel wrote (older kernels write less).
+fn raw(fd: RawFd) -> Option<(RawTcpInfo, usize)> {
     let mut t = RawTcpInfo::default();
     let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
     // SAFETY: t is a plain struct writable for len bytes; the kernel writes at most len.
@@ -206,7 +208,12 @@ fn raw(fd: RawFd) -> Option<RawTcpInfo> {
             &mut len,
         )
     };
-    (r == 0).then_some(t)
+    (r == 0).then_some((t, len as usize))
+}
+
+/// Whether a `TCP_INFO` of `len` bytes holds `tcpi_rcv_wnd` (Linux 6.9 on).
+fn has_rcv_wnd(len: usize) -> bool {
+    len >= std::mem::offset_of!(RawTcpInfo, rcv_wnd) + 4
 }
 
 /// A socket's queue as an ioctl reads it (SIOCINQ, SIOCOUTQ); 0 if it cannot.
@@ -218,12 +225,6 @@ pub fn queue(fd: RawFd, which: libc::c_ulong) -> u64 {
     } else {
         0
     }
-}
-
-/// TCP_WINDOW_CLAMP of a socket; 0 if it cannot be read.
-fn window_clamp(fd: RawFd) -> u64 {
-    crate::sockets::getopt_int(fd, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP)
-        .map_or(0, |v| v.max(0) as u64)
 }
 
 /// What flow control reads of one socket (`crate::flow_control`).
@@ -243,29 +244,41 @@ pub struct FlowInfo {
     pub notsent: u64,
     /// Smoothed RTT, µs.
     pub srtt_us: u64,
+    /// The RTT this socket's receiving side measured (the kernel's receiver estimate,
+    /// `tcpi_rcv_rtt`), µs; None until it has one.
+    pub rcv_rtt_us: Option<u64>,
     /// Send MSS, bytes.
     pub mss: u64,
+    /// The receive buffer as the kernel counts it (SO_RCVBUF: twice what was set, for the
+    /// kernel's overhead), bytes.
+    pub rcvbuf: u64,
 }
 
 /// Reads what flow control needs from `TCP_INFO`; `None` if `fd` is not a TCP socket.
 pub fn flow(fd: RawFd) -> Option<FlowInfo> {
-    let t = raw(fd)?;
+    let (t, len) = raw(fd)?;
     let mss = t.snd_mss.max(1) as u64;
     Some(FlowInfo {
         cwnd_bytes: t.snd_cwnd as u64 * mss,
         ssthresh_bytes: (t.snd_ssthresh < 0x7fff_0000).then(|| t.snd_ssthresh as u64 * mss),
         snd_wnd: t.snd_wnd as u64,
-        rcv_wnd: (t.rcv_wnd > 0).then_some(t.rcv_wnd as u64),
+        rcv_wnd: has_rcv_wnd(len).then_some(t.rcv_wnd as u64),
         rcv_space: t.rcv_space as u64,
         notsent: t.notsent_bytes as u64,
         srtt_us: t.rtt as u64,
+        rcv_rtt_us: (t.rcv_rtt > 0).then_some(t.rcv_rtt as u64),
         mss,
+        rcvbuf: rcvbuf(fd),
     })
+}
+
+fn rcvbuf(fd: RawFd) -> u64 {
+    crate::sockets::getopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map_or(0, |v| v.max(0) as u64)
 }
 
 /// Reads `TCP_INFO` of socket `fd`; `None` if it is not a TCP socket any more.
 pub fn read(fd: RawFd) -> Option<LegInfo> {
-    let t = raw(fd)?;
+    let (t, len) = raw(fd)?;
     Some(LegInfo {
         congestion: congestion(fd),
         rtt_ms: t.rtt as f64 / 1000.0,
@@ -290,8 +303,8 @@ pub fn read(fd: RawFd) -> Option<LegInfo> {
         notsent_bytes: t.notsent_bytes,
         recv_queue: queue(fd, libc::FIONREAD),
         send_queue: queue(fd, libc::TIOCOUTQ),
-        rcv_wnd: (t.rcv_wnd > 0).then_some(t.rcv_wnd as u64),
-        window_clamp: window_clamp(fd),
+        rcv_wnd: has_rcv_wnd(len).then_some(t.rcv_wnd as u64),
+        rcvbuf: rcvbuf(fd),
         busy_ms: t.busy_time / 1000,
         rwnd_limited_ms: t.rwnd_limited / 1000,
         sndbuf_limited_ms: t.sndbuf_limited / 1000,

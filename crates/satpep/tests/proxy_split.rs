@@ -2257,17 +2257,18 @@ struct Held {
     /// The terrestrial leg's unsent bytes, median and most of the samples.
     unsent_p50: u64,
     unsent_max: u64,
-    /// The satellite leg's smallest window clamp seen.
-    clamp_min: u64,
+    /// The gateway's terrestrial leg's smallest receive buffer seen (sizing's B1 there: a
+    /// LAN sender feeding a satellite leg).
+    rcvbuf_min: u64,
     /// Segments the terminal's flow control dropped.
     drops: u64,
     /// Segments the gateway retransmitted on the satellite leg.
     gateway_retrans: u64,
 }
 
-/// A download through a terminal whose client reads slowly (4 Mbit/s of a 20 Mbit/s link):
-/// what the terminal holds for it, sampled from its `/connections` every 0.5 s from 2 s on,
-/// with every byte the client read checked.
+/// A 6 MB download through a terminal whose client reads slowly (4 Mbit/s of a 20 Mbit/s
+/// link): what the proxies hold for it, sampled from their `/connections` every 0.5 s from
+/// 2 s on, with every byte the client read checked.
 fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
     let lab = lab_with(
         tag,
@@ -2280,7 +2281,7 @@ fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
             ..Default::default()
         }),
     );
-    const TOTAL: usize = 3 << 20;
+    const TOTAL: usize = 6 << 20;
     let listener = in_netns(&lab.ns(Host::Server), || {
         TcpListener::bind("0.0.0.0:9010").unwrap()
     })
@@ -2313,18 +2314,24 @@ fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
         (got.len(), intact)
     });
     std::thread::sleep(Duration::from_secs(2));
-    let (mut unsent, mut clamp_min) = (Vec::new(), u64::MAX);
-    for _ in 0..6 {
+    let (mut unsent, mut rcvbuf_min) = (Vec::new(), u64::MAX);
+    let first = |host: Host| {
         let st = lab
-            .command(Host::Terminal, bin())
+            .command(host, bin())
             .args(["status", "--json"])
             .output()
             .unwrap();
         let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
-        if let Some(c) = st["connections"].as_array().and_then(|c| c.first()) {
-            let n = |leg: &str, k: &str| c[leg][k].as_u64().unwrap_or(0);
-            unsent.push(n("terrestrial", "notsent_bytes"));
-            clamp_min = clamp_min.min(n("satellite", "window_clamp"));
+        st["connections"]
+            .as_array()
+            .and_then(|c| c.first().cloned())
+    };
+    for _ in 0..8 {
+        if let Some(c) = first(Host::Terminal) {
+            unsent.push(c["terrestrial"]["notsent_bytes"].as_u64().unwrap_or(0));
+        }
+        if let Some(c) = first(Host::Gateway) {
+            rcvbuf_min = rcvbuf_min.min(c["terrestrial"]["rcvbuf"].as_u64().unwrap_or(u64::MAX));
         }
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -2347,7 +2354,7 @@ fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
     Held {
         unsent_p50: unsent[unsent.len() / 2],
         unsent_max: *unsent.last().unwrap(),
-        clamp_min,
+        rcvbuf_min,
         drops,
         gateway_retrans,
     }
@@ -2357,7 +2364,8 @@ fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
 /// fifth of the link's rate. Improved back-pressure holds the terrestrial leg's unsent bytes
 /// to its low-water mark (plain lets the send buffer fill: 0.6-0.9 MB measured); drop-based
 /// flow control drops a segment on the satellite leg, which the gateway retransmits; buffer
-/// sizing lowers the satellite leg's window clamp. No byte is lost or reordered either way.
+/// sizing lowers the receive buffer of the gateway's leg from the server. No byte is lost or
+/// reordered either way.
 #[test]
 fn flow_control_holds_back_a_fast_sender_for_a_slow_reader() {
     let plain = slow_reader("pfc1", ProxySection::default());
@@ -2382,7 +2390,7 @@ fn flow_control_holds_back_a_fast_sender_for_a_slow_reader() {
     );
     assert!(all.drops >= 1 && all.gateway_retrans >= 1, "{all:?}");
     assert!(
-        all.clamp_min < plain.clamp_min / 2,
-        "buffer sizing did not lower the window: plain {plain:?}, sized {all:?}"
+        all.rcvbuf_min < plain.rcvbuf_min / 2,
+        "buffer sizing did not lower the receive buffer: plain {plain:?}, sized {all:?}"
     );
 }

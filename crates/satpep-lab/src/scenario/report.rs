@@ -81,6 +81,12 @@ pub struct CellResult {
     pub proxy_cores: Summary,
     /// With proxies, bulk: CPU seconds per gigabyte delivered, per proxy.
     pub proxy_cpu_s_per_gb: Summary,
+    /// Split: what the proxies held for their connections, median per run, kB.
+    pub held_p50_kb: Summary,
+    /// Split: the most they held per run, kB.
+    pub held_max_kb: Summary,
+    /// Split: segments their flow control dropped per run.
+    pub flow_drops: Summary,
     /// Bulk: the whole machine's busy CPU seconds per gigabyte delivered (end hosts,
     /// emulator, proxies and the kernel's work for all of them).
     pub machine_cpu_s_per_gb: Summary,
@@ -309,6 +315,9 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                     (r.proxies > 0).then(|| Some(r.proxy_cpu_s? / r.proxies as f64))?
                 }),
                 machine_cpu_s_per_gb: per_gb_delivered(&mine, |r| r.machine_cpu_s),
+                held_p50_kb: held_summary(&mine, |h| h.p50_bytes / 1e3),
+                held_max_kb: held_summary(&mine, |h| h.max_bytes / 1e3),
+                flow_drops: held_summary(&mine, |h| h.drops as f64),
                 link_fwd_per_byte: per_payload_byte(&mine, |r| r.link.fwd_bytes),
                 link_ret_per_byte: per_payload_byte(&mine, |r| r.link.ret_bytes),
                 link_check: LinkCheck::of(&mine),
@@ -317,6 +326,19 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
             }
         })
         .collect()
+}
+
+/// A figure of split runs' held records, one per run that has one.
+fn held_summary(
+    runs: &[&RunRecord],
+    f: impl Fn(&crate::scenario::split_state::HeldRecord) -> f64,
+) -> Summary {
+    Summary::of(
+        &runs
+            .iter()
+            .filter_map(|r| r.held.as_ref().map(&f))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// The congestion controls the satellite-leg sender's sockets ran in a run, the most sampled
@@ -840,6 +862,7 @@ fn part_tables(
         beside_tables(part, res, &mut tables);
         cost_tables(part, res, tunnel, &mut tables);
     }
+    held_tables(part, res, &mut tables);
     link_check_tables(part, res, &mut tables);
     connections_tables(part, res, &mut tables);
     fault_tables(part, res, &mut tables);
@@ -936,6 +959,27 @@ fn beside_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Tab
                     fmt_summary(&r.response_p50, 1.0),
                     fmt_summary(&r.response_p95, 1.0),
                     fmt_summary(&r.response_p99, 1.0)
+                )
+            }),
+        ));
+    }
+}
+
+/// Split: what the proxies held for their connections, and what their flow control dropped.
+fn held_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)>) {
+    let plain = |s: &Summary| fmt_summary(s, 1.0);
+    if res.iter().any(|r| r.held_p50_kb.n > 0) {
+        tables.push((
+            "split: what the proxies held for their connections (sockets' queues and relay pipes, both proxies), kB: median / most per run; segments their flow control dropped per run".into(),
+            grid(part, res, &|r| {
+                if r.held_p50_kb.n == 0 {
+                    return String::new();
+                }
+                format!(
+                    "{} / {}; {}",
+                    plain(&r.held_p50_kb),
+                    plain(&r.held_max_kb),
+                    fmt_count(&r.flow_drops)
                 )
             }),
         ));
@@ -1338,6 +1382,11 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             "utilization_frac" => |r| opt(r.utilization),
             "jain_index" => |r| opt(r.jain),
             "leg_retransmits_segments" => |r| r.leg_retransmits.to_string(),
+            "held_p50_kb" => |r| opt(r.held.as_ref().map(|h| h.p50_bytes / 1e3)),
+            "held_max_kb" => |r| opt(r.held.as_ref().map(|h| h.max_bytes / 1e3)),
+            "held_terminal_p50_kb" => |r| opt(r.held.as_ref().and_then(|h| h.p50_by_proxy.first()).map(|b| b / 1e3)),
+            "held_gateway_p50_kb" => |r| opt(r.held.as_ref().and_then(|h| h.p50_by_proxy.get(1)).map(|b| b / 1e3)),
+            "flow_drops" => |r| r.held.as_ref().map_or(String::new(), |h| h.drops.to_string()),
             "leg_cc" => |r| leg_cc(&sc.cells[r.cell].spec, &r.sockets),
             "failures" => |r| r.failures.to_string(),
             "errors" => |r| r.errors.join("; "),
@@ -1378,6 +1427,9 @@ fn csv_files(sc: &Scenario, runs: &[RunRecord], res: &[CellResult]) -> Vec<(&'st
             "response_p50_s" => |r| m(&r.response_p50),
             "response_p95_s" => |r| m(&r.response_p95),
             "response_p99_s" => |r| m(&r.response_p99),
+            "held_p50_kb" => |r| m(&r.held_p50_kb),
+            "held_max_kb" => |r| m(&r.held_max_kb),
+            "flow_drops" => |r| m(&r.flow_drops),
             "proxy_cpu_frac" => |r| m(&r.proxy_cores),
             "proxy_cpu_s_per_gb" => |r| m(&r.proxy_cpu_s_per_gb),
             "machine_cpu_s_per_gb" => |r| m(&r.machine_cpu_s_per_gb),
@@ -2224,6 +2276,7 @@ mod tests {
             sockets: vec![],
             tunnel: vec![],
             split: vec![],
+            held: None,
             leg_retransmits: 3,
             failures: 0,
             errors: vec![],

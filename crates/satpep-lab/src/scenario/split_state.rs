@@ -29,6 +29,16 @@ pub struct SplitSample {
 /// Samples the split connections of the proxy in `host` (the satellite leg's sender: the
 /// gateway for downloads, the terminal for uploads) every half second.
 pub(crate) fn sample_split(lab: &Lab, host: Host) -> Poll<Vec<SplitSample>> {
+    sample_connections(lab, host, parse)
+}
+
+/// Reads the proxy's `/connections` in `host` every half second, keeping what `read` takes
+/// from each reply.
+fn sample_connections<T: Send + 'static, I: IntoIterator<Item = T> + 'static>(
+    lab: &Lab,
+    host: Host,
+    read: fn(&str, f64) -> I,
+) -> Poll<Vec<T>> {
     let addr = metrics_addr();
     Poll::start(
         lab,
@@ -36,8 +46,8 @@ pub(crate) fn sample_split(lab: &Lab, host: Host) -> Poll<Vec<SplitSample>> {
         Duration::from_millis(500),
         Duration::MAX,
         move || fetch_page(addr, "/connections"),
-        move |out: &mut Vec<SplitSample>, text, t| {
-            out.extend(parse(text, t));
+        move |out: &mut Vec<T>, text, t| {
+            out.extend(read(text, t));
             false
         },
     )
@@ -69,10 +79,139 @@ pub fn parse(text: &str, t: f64) -> Vec<SplitSample> {
         .collect()
 }
 
+/// What a split proxy holds for its connections at one moment (`/connections`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct HeldSample {
+    /// Seconds since the traffic started.
+    pub t: f64,
+    /// Bytes in its sockets' receive and send queues (both legs of every connection) and
+    /// its relay pipes.
+    pub bytes: u64,
+    /// Segments its flow control has dropped since it started.
+    pub drops: u64,
+}
+
+/// What a split run's proxies held, both together.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HeldRecord {
+    /// Median over the run's samples, bytes.
+    pub p50_bytes: f64,
+    /// Most, bytes.
+    pub max_bytes: f64,
+    /// Segments flow control dropped during the run.
+    pub drops: u64,
+    /// Each proxy's median, bytes: the terminal's, then the gateway's (where it sits).
+    #[serde(default)]
+    pub p50_by_proxy: Vec<f64>,
+}
+
+/// Samples what the split proxy in `host` holds every half second.
+pub(crate) fn sample_held(lab: &Lab, host: Host) -> Poll<Vec<HeldSample>> {
+    sample_connections(lab, host, held)
+}
+
+/// The bytes a `/connections` reply says its proxy holds.
+pub fn held(text: &str, t: f64) -> Option<HeldSample> {
+    let reply = serde_json::from_str::<StatusReply>(text).ok()?;
+    let legs = reply
+        .connections
+        .iter()
+        .flat_map(|c| [&c.satellite, &c.terrestrial])
+        .flatten();
+    Some(HeldSample {
+        t,
+        bytes: reply.piped_bytes + legs.map(|l| l.recv_queue + l.send_queue).sum::<u64>(),
+        drops: reply.flow_drops,
+    })
+}
+
+/// Both proxies' samples summed sample by sample (they are taken on the same half-second
+/// clock), then their median and most; the drops during the run.
+pub fn held_record(proxies: &[Vec<HeldSample>]) -> Option<HeldRecord> {
+    let n = proxies.iter().map(Vec::len).min()?;
+    if n == 0 {
+        return None;
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let p50_by_proxy = proxies
+        .iter()
+        .map(|p| median(p.iter().map(|s| s.bytes as f64).collect()))
+        .collect();
+    let mut total: Vec<f64> = (0..n)
+        .map(|i| proxies.iter().map(|p| p[i].bytes as f64).sum())
+        .collect();
+    total.sort_by(f64::total_cmp);
+    let drops = proxies
+        .iter()
+        .map(|p| p[p.len() - 1].drops - p[0].drops)
+        .sum();
+    Some(HeldRecord {
+        p50_bytes: total[n / 2],
+        max_bytes: total[n - 1],
+        drops,
+        p50_by_proxy,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use satpep_proxy::registry::ConnStatus;
+
+    #[test]
+    fn held_bytes_sum_both_legs_pipes_and_proxies() {
+        let leg = |rq, sq| LegInfo {
+            recv_queue: rq,
+            send_queue: sq,
+            ..LegInfo::default()
+        };
+        let reply = |piped, drops, legs: Vec<(u64, u64)>| {
+            let connections = legs
+                .chunks(2)
+                .enumerate()
+                .map(|(i, l)| ConnStatus {
+                    id: i as u64,
+                    src: "198.18.1.2:40000".into(),
+                    dst: "198.18.3.2:80".into(),
+                    age_s: 1.0,
+                    bytes_up: 0,
+                    bytes_down: 0,
+                    satellite: Some(leg(l[0].0, l[0].1)),
+                    terrestrial: Some(leg(l[1].0, l[1].1)),
+                    adaptive: None,
+                })
+                .collect();
+            serde_json::to_string(&StatusReply {
+                connections,
+                total: 1,
+                failed: 0,
+                bypassed: 0,
+                piped_bytes: piped,
+                flow_drops: drops,
+            })
+            .unwrap()
+        };
+        let s = held(&reply(1000, 3, vec![(10, 20), (30, 40)]), 0.5).unwrap();
+        assert_eq!((s.t, s.bytes, s.drops), (0.5, 1100, 3));
+        assert!(held("not json", 0.5).is_none());
+        let a = vec![
+            held(&reply(0, 3, vec![(100, 0), (0, 0)]), 0.5).unwrap(),
+            held(&reply(0, 5, vec![(300, 0), (0, 0)]), 1.0).unwrap(),
+            held(&reply(0, 9, vec![(200, 0), (0, 0)]), 1.5).unwrap(),
+        ];
+        let b = vec![
+            held(&reply(50, 0, vec![]), 0.5).unwrap(),
+            held(&reply(50, 1, vec![]), 1.0).unwrap(),
+        ];
+        // Two samples in common: 150 and 350 bytes; drops 6 + 1.
+        let r = held_record(&[a, b]).unwrap();
+        assert_eq!((r.p50_bytes, r.max_bytes, r.drops), (350.0, 350.0, 7));
+        assert_eq!(r.p50_by_proxy, vec![200.0, 50.0]);
+        assert!(held_record(&[]).is_none());
+    }
 
     #[test]
     fn reads_the_connections_that_run_the_model() {
@@ -115,6 +254,8 @@ mod tests {
             total: 2,
             failed: 0,
             bypassed: 0,
+            piped_bytes: 0,
+            flow_drops: 0,
         };
         let text = serde_json::to_string(&reply).unwrap();
         let s = parse(&text, 2.5);

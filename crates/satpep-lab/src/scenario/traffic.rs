@@ -4,7 +4,7 @@
 use super::beside::BesideRecord;
 use super::spec::CellSpec;
 use super::tunnel_state::sample_tunnel;
-use crate::http::{finish_fetch, spawn_fetch, HttpServer};
+use crate::http::{finish_fetch, spawn_fetch_at, HttpServer};
 use crate::topology::{Host, Lab, SERVER_V4};
 use serde::{Deserialize, Serialize};
 use std::process::{Child, Stdio};
@@ -96,6 +96,10 @@ pub struct RunRecord {
     /// proxy's `/connections`).
     #[serde(default)]
     pub split: Vec<super::split_state::SplitSample>,
+    /// Split mode: what the proxies held for their connections (sockets' queues and relay
+    /// pipes, both proxies), and what their flow control dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<super::split_state::HeldRecord>,
     /// Satellite-leg sender's retransmitted segments (largest socket total seen).
     pub leg_retransmits: u64,
     /// Transfers that failed or arrived short (each is also in `errors`).
@@ -420,6 +424,7 @@ pub fn run_once(
         sockets: Vec::new(),
         tunnel: Vec::new(),
         split: Vec::new(),
+        held: None,
         leg_retransmits: 0,
         failures: 0,
         errors: Vec::new(),
@@ -460,7 +465,26 @@ pub fn run_once(
         .then(|| leg_sender(spec, kind.downloads()))
         .filter(|h| matches!(h, Host::Gateway | Host::Terminal))
         .map(|host| super::split_state::sample_split(lab, host));
+    // What split's proxies hold for their connections, at both ends.
+    let held: Vec<_> = if spec.pep.mode == super::spec::PepMode::Split {
+        // Split starts the terminal's first, the gateway's unless the terminal is alone.
+        [Host::Terminal, Host::Gateway]
+            .into_iter()
+            .take(lab.state().proxy_pids.len())
+            .map(|h| super::split_state::sample_held(lab, h))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let res = kind.run(lab, spec, &mut rec, limit_bps, tick);
+    let mut held_samples = Vec::new();
+    for p in held {
+        match p.finish() {
+            Ok(s) => held_samples.push(s),
+            Err(e) => rec.errors.push(format!("held sampler: {e}")),
+        }
+    }
+    rec.held = super::split_state::held_record(&held_samples);
     match sampler.map(Poll::finish) {
         Some(Ok(s)) => rec.sockets = s,
         Some(Err(e)) => rec.errors.push(format!("socket sampler: {e}")),
@@ -548,10 +572,11 @@ pub(crate) fn fetch_checked(
     url: &str,
     size: u64,
     max_s: u32,
+    read_bps: Option<u64>,
     start: Instant,
     tick: &mut dyn FnMut(f64),
 ) -> Result<Result<f64, String>, String> {
-    let mut child = spawn_fetch(lab, Host::Client, url, None, max_s);
+    let mut child = spawn_fetch_at(lab, Host::Client, url, None, max_s, read_bps);
     wait_child(
         &mut child,
         Instant::now() + Duration::from_secs(max_s as u64 + 5),

@@ -17,6 +17,27 @@ pub struct Http {
     /// Downloads per repetition.
     #[serde(default = "one")]
     pub count: u32,
+    /// The client reads at most this fast ("4Mbit"; curl's `--limit-rate`): a slow reader,
+    /// whose window closes while the server and the proxies still send. Absent: as fast as
+    /// data arrives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_rate: Option<String>,
+}
+
+impl Http {
+    /// The reader's limit in bytes per second.
+    fn read_bps(&self) -> Result<Option<u64>, String> {
+        self.read_rate
+            .as_deref()
+            .map(|r| {
+                let bps = satpep_link::units::parse_rate(r).map_err(|e| format!("read_rate: {e}"))?;
+                if bps < 8_000.0 {
+                    return Err(format!("read_rate: {r} is below 1 kB/s"));
+                }
+                Ok((bps / 8.0) as u64)
+            })
+            .transpose()
+    }
 }
 
 impl Kind for Http {
@@ -25,6 +46,7 @@ impl Kind for Http {
     }
 
     fn check(&self, _cell: &CellSpec) -> Result<(), String> {
+        self.read_bps()?;
         check_count("count", self.count, 1, 10_000)
     }
 
@@ -40,8 +62,9 @@ impl Kind for Http {
         let size = t.size.bytes();
         let (server, max, url) = serve_one(lab, spec, "file.bin", size)?;
         let start = Instant::now();
+        let read_bps = t.read_bps()?;
         for _ in 0..t.count {
-            let f = fetch_checked(lab, &url, size, max, start, tick)?;
+            let f = fetch_checked(lab, &url, size, max, read_bps, start, tick)?;
             match f {
                 Ok(s) => {
                     rec.samples.push(s);

@@ -58,6 +58,7 @@ impl Kind for Page {
             &format!("{base}{}", names[0]),
             sizes[0],
             max,
+            None,
             start,
             tick,
         )?;
