@@ -58,19 +58,24 @@ mod tests {
 
     #[test]
     fn the_example_scenarios_in_docs_parse() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples");
-        let mut n = 0;
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let path = e.unwrap().path();
-            if path.extension().is_some_and(|x| x == "toml") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                let sc = Scenario::parse(&text, false)
-                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                let stem = path.file_stem().unwrap().to_string_lossy();
-                assert_eq!(sc.name, stem, "{}: name and file differ", path.display());
-                n += 1;
+        // docs/examples: recipes; docs/scenarios: the runs docs cite figures from.
+        for sub in ["examples", "scenarios"] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../docs")
+                .join(sub);
+            let mut n = 0;
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let path = e.unwrap().path();
+                if path.extension().is_some_and(|x| x == "toml") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let sc = Scenario::parse(&text, false)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    let stem = path.file_stem().unwrap().to_string_lossy();
+                    assert_eq!(sc.name, stem, "{}: name and file differ", path.display());
+                    n += 1;
+                }
             }
+            assert!(n > 0, "no scenario in {}", dir.display());
         }
-        assert!(n > 0, "no example in {}", dir.display());
     }
 }
