@@ -37,8 +37,8 @@ pub const LOWAT: u32 = 256 << 10;
 const MIN_B1: u64 = 32 << 10;
 /// Largest: the receive buffers the kernel autotunes to at most here.
 const MAX_B1: u64 = 32 << 20;
-/// How often a direction looks at its sockets for the drop rule.
-const DROP_EVERY: Duration = Duration::from_millis(1);
+/// How often a direction reads its sockets for flow control (the drop rule and sizing).
+const LOOK_EVERY: Duration = Duration::from_millis(1);
 /// A drop whose retransmission was not seen in this long stops holding the filter.
 const DROP_EXPIRY: Duration = Duration::from_secs(2);
 
@@ -240,7 +240,6 @@ pub struct Regulator {
     next_look: Instant,
     /// Drops counted into [`DROPS`] so far.
     counted: u64,
-
     /// B1 as last set on C1.
     pub b1: Option<u64>,
     /// B1 as the algorithm last set it, while C1's buffer is not there yet.
@@ -284,7 +283,7 @@ impl Regulator {
         if now < self.next_look {
             return;
         }
-        self.next_look = now + DROP_EVERY;
+        self.next_look = now + LOOK_EVERY;
         let Some(readings) = Readings::read(r, w, piped) else {
             return;
         };
