@@ -64,11 +64,6 @@ pub fn load_filter(connections: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// The loaded drop filter, if any.
-pub fn filter() -> Option<Arc<DropFilter>> {
-    FILTER.get().cloned()
-}
-
 /// One direction's two sockets as flow control reads them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Readings {
@@ -96,7 +91,7 @@ impl Readings {
             q1: tcpinfo::queue(r, libc::FIONREAD) + piped,
             rcv_wnd: up.rcv_wnd.unwrap_or(up.rcv_space),
             up_rtt_us: up.rcv_rtt_us,
-            up_rcvbuf: up.rcvbuf,
+            up_rcvbuf: tcpinfo::rcvbuf(r),
             q2: tcpinfo::queue(w, libc::TIOCOUTQ),
             down,
         })
@@ -247,10 +242,11 @@ pub struct Regulator {
 }
 
 impl Regulator {
-    /// A direction reading from `r`: attaches the drop filter to it when drop-based flow
-    /// control is on (no slot, no drops: the filter is full or could not attach).
-    pub fn new(cfg: FlowControl, filter: Option<&Arc<DropFilter>>, r: &impl AsFd) -> Regulator {
-        let slot = filter.filter(|_| cfg.drop).and_then(|f| {
+    /// A direction reading from `r`: attaches the drop filter ([`load_filter`]) to it when
+    /// drop-based flow control is on (no slot, no drops: the filter is full or could not
+    /// attach).
+    pub fn new(cfg: FlowControl, r: &impl AsFd) -> Regulator {
+        let slot = FILTER.get().filter(|_| cfg.drop).and_then(|f| {
             f.attach(r.as_fd()).ok()?;
             f.claim(tcpinfo::cookie(r.as_fd().as_raw_fd())?)
         });
@@ -338,11 +334,6 @@ impl Regulator {
             }
         }
     }
-
-    /// Segments the drop filter has dropped on this direction's C1.
-    pub fn drops(&self) -> u64 {
-        self.slot.as_ref().map_or(0, |s| s.drops())
-    }
 }
 
 /// Sets C1's receive buffer to offer about `b` with nothing queued, less what is queued (001's
@@ -386,7 +377,6 @@ mod tests {
                 srtt_us: 500_000,
                 rcv_rtt_us: None,
                 mss: 1448,
-                rcvbuf: 0,
             },
         }
     }

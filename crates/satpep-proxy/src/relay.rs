@@ -18,12 +18,10 @@
 use crate::config::FlowControl;
 use crate::flow_control::{self, Regulator};
 use crate::sockets::{close_cleanly, reset_on_close};
-use satpep_cc::flow_drop::DropFilter;
 use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
@@ -48,7 +46,7 @@ pub enum End {
 }
 
 /// How a connection's bytes move between its legs.
-#[derive(Clone, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct RelayOptions {
     /// The buffer per direction, bytes.
     pub buf_len: usize,
@@ -56,8 +54,6 @@ pub struct RelayOptions {
     pub zero_copy: bool,
     /// Flow control (`crate::flow_control`).
     pub flow: FlowControl,
-    /// The loaded drop filter, when drop-based flow control is on.
-    pub filter: Option<Arc<DropFilter>>,
 }
 
 /// Bytes relayed each way and how the connection ended.
@@ -73,8 +69,6 @@ pub struct Relayed {
     pub down_end: End,
     /// The bytes were copied through user space, not spliced.
     pub copied: bool,
-    /// Segments drop-based flow control dropped, both directions.
-    pub drops: u64,
 }
 
 /// Copies one direction through a user-space buffer; returns how it ended and the bytes
@@ -119,9 +113,8 @@ pub async fn relay(
     abort: &tokio::sync::Notify,
 ) -> Relayed {
     let copied = std::sync::atomic::AtomicBool::new(false);
-    let filter = opts.filter.as_ref();
-    let mut up_flow = Regulator::new(opts.flow, filter, &*client);
-    let mut down_flow = Regulator::new(opts.flow, filter, &*server);
+    let mut up_flow = Regulator::new(opts.flow, &*client);
+    let mut down_flow = Regulator::new(opts.flow, &*server);
     if opts.flow.improved {
         flow_control::hold_unsent(client.as_raw_fd());
         flow_control::hold_unsent(server.as_raw_fd());
@@ -158,7 +151,6 @@ pub async fn relay(
         up_end,
         down_end,
         copied,
-        drops: up_flow.drops() + down_flow.drops(),
     }
 }
 
@@ -268,17 +260,6 @@ fn splice(from: i32, to: i32, len: usize) -> io::Result<usize> {
     }
 }
 
-/// Bytes waiting in a socket's receive queue (SIOCINQ).
-fn queued_in(fd: i32) -> usize {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int.
-    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } == 0 {
-        n.max(0) as usize
-    } else {
-        0
-    }
-}
-
 /// What one splice from the reading socket did.
 enum Filled {
     Bytes(usize),
@@ -376,7 +357,7 @@ async fn one_way(
                         Err(e)
                             if e.kind() == io::ErrorKind::WouldBlock
                                 && held.0 > 0
-                                && queued_in(rfd) > 0 =>
+                                && crate::tcpinfo::queue(rfd, libc::FIONREAD) > 0 =>
                         {
                             Ok(Filled::PipeFull)
                         }

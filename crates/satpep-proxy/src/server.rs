@@ -890,7 +890,6 @@ async fn handle(
         buf_len: cfg.buffer,
         zero_copy: cfg.splice,
         flow: cfg.flow,
-        filter: crate::flow_control::filter(),
     };
     let r = relay(
         &mut client,

@@ -249,9 +249,6 @@ pub struct FlowInfo {
     pub rcv_rtt_us: Option<u64>,
     /// Send MSS, bytes.
     pub mss: u64,
-    /// The receive buffer as the kernel counts it (SO_RCVBUF: twice what was set, for the
-    /// kernel's overhead), bytes.
-    pub rcvbuf: u64,
 }
 
 /// Reads what flow control needs from `TCP_INFO`; `None` if `fd` is not a TCP socket.
@@ -268,11 +265,12 @@ pub fn flow(fd: RawFd) -> Option<FlowInfo> {
         srtt_us: t.rtt as u64,
         rcv_rtt_us: (t.rcv_rtt > 0).then_some(t.rcv_rtt as u64),
         mss,
-        rcvbuf: rcvbuf(fd),
     })
 }
 
-fn rcvbuf(fd: RawFd) -> u64 {
+/// A socket's receive buffer as the kernel counts it (SO_RCVBUF: twice what was set, for
+/// the kernel's overhead), bytes; 0 if it cannot be read.
+pub fn rcvbuf(fd: RawFd) -> u64 {
     crate::sockets::getopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map_or(0, |v| v.max(0) as u64)
 }
 
