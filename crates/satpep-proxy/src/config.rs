@@ -372,11 +372,11 @@ pub struct ProxySection {
     /// How bytes move between the legs: "splice" (zero-copy through a kernel pipe) or "copy"
     /// (through user space; for comparison).
     pub relay: String,
-    /// How a direction holds back a sender faster than the other leg: "plain" (the
-    /// excess waits in the pipe and the downstream socket's send buffer, then in the
-    /// upstream receive buffer) or "improved" (Bharadwaj 1999 §4.3: the downstream socket
-    /// holds little beyond what its send window lets it send, so the excess waits upstream,
-    /// whose advertised window shrinks at once).
+    /// How a direction holds back a sender faster than the other leg: "improved" (the
+    /// default; Bharadwaj 1999 §4.3: the downstream socket holds little beyond what its send
+    /// window lets it send, so the excess waits upstream, whose advertised window shrinks at
+    /// once) or "plain" (the excess waits in the pipe and the downstream socket's send
+    /// buffer, then in the upstream receive buffer). Split connections only.
     pub back_pressure: String,
     /// Drop-based flow control (Bharadwaj 1999 §4.2): when more is buffered for a direction
     /// than max(half the upstream receive window, twice the downstream congestion window),
@@ -426,7 +426,7 @@ impl Default for ProxySection {
             queue: 0x5350,
             buffer: "256KiB".into(),
             relay: "splice".into(),
-            back_pressure: "plain".into(),
+            back_pressure: "improved".into(),
             drop_flow_control: false,
             buffer_sizing: false,
             max_connections: 10_000,
@@ -777,10 +777,10 @@ impl ProxyFile {
             drop: p.drop_flow_control,
             sizing: p.buffer_sizing,
         };
-        if self.tunnel.is_some() && flow != FlowControl::default() {
-            let key = if flow.improved {
-                "back_pressure"
-            } else if flow.drop {
+        // Back-pressure is how the split relay writes (a tunnel's flows do not use it); the
+        // other two act on a split connection's sockets, so a tunnel refuses them.
+        if self.tunnel.is_some() && (flow.drop || flow.sizing) {
+            let key = if flow.drop {
                 "drop_flow_control"
             } else {
                 "buffer_sizing"
@@ -960,8 +960,10 @@ mod tests {
     }
 
     #[test]
-    fn flow_control_is_off_by_default_and_split_only() {
-        assert_eq!(cfg("").unwrap().flow, FlowControl::default());
+    fn flow_control_defaults_to_improved_back_pressure_and_drops_are_split_only() {
+        let d = cfg("").unwrap().flow;
+        assert!(d.improved && !d.drop && !d.sizing, "{d:?}");
+        assert!(!cfg("[proxy]\nback_pressure='plain'\n").unwrap().flow.improved);
         let c =
             cfg("[proxy]\nback_pressure='improved'\ndrop_flow_control=true\nbuffer_sizing=true\n")
                 .unwrap();

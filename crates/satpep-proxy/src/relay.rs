@@ -5,10 +5,11 @@
 //! way); a reset on one side becomes a reset on the other. Each direction holds at most one
 //! buffer of data: the next read waits for room, so when the downstream side is slow the
 //! excess stays in the upstream socket's receive buffer and its advertised window shrinks.
-//! This is plain back-pressure through fixed buffers (the pipe, and the downstream socket's
-//! send buffer, which the kernel sizes). `proxy.back_pressure = "improved"`, drop-based flow
-//! control and buffer sizing (Bharadwaj 1999) are in [`crate::flow_control`]; each direction
-//! calls its [`Regulator`] as data arrives.
+//! How much the pipe and the downstream socket may hold first is the back-pressure of
+//! [`crate::flow_control`] (by default Bharadwaj 1999's improved back-pressure: a low-water
+//! mark of unsent bytes; `proxy.back_pressure = "plain"` lets the downstream send buffer,
+//! which the kernel sizes, fill), beside drop-based flow control and buffer sizing; each
+//! direction calls its [`Regulator`] as data arrives.
 //!
 //! The buffer is a kernel pipe and bytes move with splice(2), so payload is never copied into
 //! user space. If the kernel will not give a pipe, the direction falls back to copying

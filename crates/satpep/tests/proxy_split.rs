@@ -2368,7 +2368,13 @@ fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
 /// No byte is lost or reordered either way.
 #[test]
 fn flow_control_holds_back_a_fast_sender_for_a_slow_reader() {
-    let plain = slow_reader("pfc1", ProxySection::default());
+    let plain = slow_reader(
+        "pfc1",
+        ProxySection {
+            back_pressure: "plain".into(),
+            ..Default::default()
+        },
+    );
     let all = slow_reader(
         "pfc2",
         ProxySection {

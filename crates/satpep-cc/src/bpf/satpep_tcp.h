@@ -87,6 +87,7 @@ struct tcp_sock {
 	u32 sacked_out;
 	u32 lost_out;
 	u32 retrans_out;
+	u32 lost;
 	u32 max_packets_out;
 	u8 is_cwnd_limited:1;
 	u32 snd_una;
