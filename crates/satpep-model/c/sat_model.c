@@ -26,6 +26,11 @@ void satm_on_timeout(struct sat_model *m)
 	sat_model_on_timeout(m);
 }
 
+u32 satm_send_windows(const struct sat_model *m, u32 cwnd, u32 mss, bool lost)
+{
+	return sat_model_send_windows(m, cwnd, mss, lost);
+}
+
 u64 satm_pacing_rate(const struct sat_model *m, const struct sat_window *w,
 		     const struct sat_ack *a)
 {

@@ -1201,6 +1201,34 @@ SAT_FN u64 sat_model_pacing_rate(const struct sat_model *m, const struct sat_win
 	return rate * 5 / 4;
 }
 
+/*
+ * A kernel host's send buffer, in the host's windows (`cwnd` segments of `mss`): the
+ * multiplier of the kernel's `sndbuf_expand` hook, whose default is 2 (Reno's fast recovery).
+ * A segment acknowledged selectively stays in the send queue until the hole before it is
+ * repaired: a round trip to find the loss and one to repair it, a third when the
+ * retransmission is lost too (a 2 600-segment window at 1.3 % loss loses one of its 34
+ * retransmissions one round in three). With two windows the queue then held only
+ * unacknowledged data, the relay could add nothing, and the link idled until the hole
+ * closed. Once the connection has `lost` a segment: SEND_PATH_WINDOWS of the model's path
+ * windows (rate x base RTT), not of the host's window, which the start's last round can
+ * leave at twice the path's (the relay may fill the buffer: its size is what the proxy
+ * holds). Never below the kernel's 2, never above SEND_WINDOWS_MAX.
+ */
+#define SEND_PATH_WINDOWS 4U
+#define SEND_WINDOWS_MAX 16U
+
+SAT_FN u32 sat_model_send_windows(const struct sat_model *m, u32 cwnd, u32 mss, bool lost)
+{
+	u64 want;
+
+	cwnd = max(cwnd, 10U);
+	if (!lost || !m->f.bw || !mss || !base_us(m))
+		return 2;
+	want = (u64)m->f.bw * base_us(m) / USEC_PER_SEC / mss * SEND_PATH_WINDOWS;
+	want = (want + cwnd - 1) / cwnd;
+	return want < 2 ? 2 : want > SEND_WINDOWS_MAX ? SEND_WINDOWS_MAX : (u32)want;
+}
+
 /* What a new connection on the same path may start from (warm start): the model's rate and
  * base RTT, once measured outside the start and the competitive mode. */
 SAT_FN bool sat_model_path(const struct sat_model *m, struct sat_path *p)

@@ -95,6 +95,7 @@ extern "C" {
     fn satm_on_ack(m: *mut State, w: *mut Window, a: *const Ack);
     fn satm_on_timeout(m: *mut State);
     fn satm_pacing_rate(m: *const State, w: *const Window, a: *const Ack) -> u64;
+    fn satm_send_windows(m: *const State, cwnd: u32, mss: u32, lost: bool) -> u32;
     fn satm_path(m: *const State, p: *mut Path) -> bool;
     fn satm_read(m: *const State, r: *mut Readings);
     fn satm_sizeof() -> u32;
@@ -213,6 +214,15 @@ impl Model {
     pub fn pacing_rate(&self, a: &Ack) -> u64 {
         // SAFETY: as in `new`.
         unsafe { satm_pacing_rate(&self.state, &self.window, a) }
+    }
+
+    /// A kernel host's send buffer in windows of `cwnd` segments of `mss` bytes (the
+    /// kernel's `sndbuf_expand`: 2 by default), once the connection has `lost` a segment:
+    /// four of the model's path windows, because selectively acknowledged data waits in it
+    /// behind each hole.
+    pub fn send_windows(&self, cwnd: u32, mss: u32, lost: bool) -> u32 {
+        // SAFETY: as in `new`.
+        unsafe { satm_send_windows(&self.state, cwnd, mss, lost) }
     }
 
     /// The path as measured, once the model holds outside the start and the competitive mode.

@@ -440,3 +440,31 @@ fn two_cubic_downloads_share_the_simulated_bottleneck() {
         "the newcomer's share {share:.2}"
     );
 }
+
+/// The kernel host's send buffer (`satpep_sat`'s `sndbuf_expand`): the kernel's two windows
+/// until a segment is lost; then four of the model's path windows, whatever the window is
+/// (a start that overshot leaves it at twice the path's), within 2-16 of the host's windows.
+#[test]
+fn a_lossy_connection_gets_a_send_buffer_of_four_path_windows() {
+    let mut h = KernelHost::new(MSS as u32);
+    run(&mut h, &link(50e6, 0.6, 2.0, 0.01), MSS, 20.0);
+    let path = h.model.bw() as f64 * h.model.base_rtt_us().unwrap() as f64 / 1e6 / MSS as f64;
+    assert!((2000.0..2700.0).contains(&path), "path window {path:.0}");
+    let w = |cwnd: u32, lost: bool| h.model.send_windows(cwnd, MSS as u32, lost);
+    let at_path = path as u32;
+    assert_eq!(w(at_path, false), 2, "nothing lost: the kernel's own");
+    let four = w(at_path, true);
+    assert!(
+        (4..=5).contains(&four),
+        "at the path's window: {four} windows"
+    );
+    assert_eq!(
+        w(2 * at_path, true),
+        2,
+        "the start's window already holds four"
+    );
+    assert_eq!(w(10, true), 16, "bounded");
+    // Before anything is measured, the kernel's two.
+    let fresh = KernelHost::new(MSS as u32);
+    assert_eq!(fresh.model.send_windows(100, MSS as u32, true), 2);
+}

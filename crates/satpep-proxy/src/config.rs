@@ -963,7 +963,12 @@ mod tests {
     fn flow_control_defaults_to_improved_back_pressure_and_drops_are_split_only() {
         let d = cfg("").unwrap().flow;
         assert!(d.improved && !d.drop && !d.sizing, "{d:?}");
-        assert!(!cfg("[proxy]\nback_pressure='plain'\n").unwrap().flow.improved);
+        assert!(
+            !cfg("[proxy]\nback_pressure='plain'\n")
+                .unwrap()
+                .flow
+                .improved
+        );
         let c =
             cfg("[proxy]\nback_pressure='improved'\ndrop_flow_control=true\nbuffer_sizing=true\n")
                 .unwrap();

@@ -107,6 +107,10 @@ pub struct LegInfo {
     /// and buffer sizing sets).
     #[serde(default)]
     pub rcvbuf: u64,
+    /// Its send buffer, bytes (SO_SNDBUF, as the kernel counts it: what autotuning grows,
+    /// in the kernel's worst-case cost per segment, and `satpep_sat` sizes on lossy paths).
+    #[serde(default)]
+    pub sndbuf: u64,
     /// Time spent sending data so far, ms (the kernel's busy time).
     #[serde(default)]
     pub busy_ms: u64,
@@ -274,6 +278,11 @@ pub fn rcvbuf(fd: RawFd) -> u64 {
     crate::sockets::getopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map_or(0, |v| v.max(0) as u64)
 }
 
+/// A socket's send buffer as the kernel counts it (SO_SNDBUF), bytes; 0 if it cannot be read.
+pub fn sndbuf(fd: RawFd) -> u64 {
+    crate::sockets::getopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).map_or(0, |v| v.max(0) as u64)
+}
+
 /// Reads `TCP_INFO` of socket `fd`; `None` if it is not a TCP socket any more.
 pub fn read(fd: RawFd) -> Option<LegInfo> {
     let (t, len) = raw(fd)?;
@@ -303,6 +312,7 @@ pub fn read(fd: RawFd) -> Option<LegInfo> {
         send_queue: queue(fd, libc::TIOCOUTQ),
         rcv_wnd: has_rcv_wnd(len).then_some(t.rcv_wnd as u64),
         rcvbuf: rcvbuf(fd),
+        sndbuf: sndbuf(fd),
         busy_ms: t.busy_time / 1000,
         rwnd_limited_ms: t.rwnd_limited / 1000,
         sndbuf_limited_ms: t.sndbuf_limited / 1000,

@@ -760,6 +760,13 @@ fn status_shows_the_satellite_model_the_kernel_holds() {
     assert!((5e6..25e6).contains(&rate), "model rate {rate}: {m}");
     let base = m["base_rtt_ms"].as_f64().unwrap();
     assert!((199.0..215.0).contains(&base), "base RTT {base}: {m}");
+    // The leg's send buffer is shown (what satpep_sat sizes on lossy paths): at least what
+    // it holds unacknowledged.
+    let leg = &c["satellite"];
+    assert!(
+        leg["sndbuf"].as_u64().unwrap() >= leg["send_queue"].as_u64().unwrap(),
+        "{leg}"
+    );
     // The table has it too.
     let out = lab
         .command(Host::Gateway, bin())

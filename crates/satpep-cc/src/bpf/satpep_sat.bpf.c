@@ -229,36 +229,17 @@ u32 BPF_PROG(sat_undo_cwnd, struct sock *sk)
 	return tcp_sk(sk)->snd_cwnd;
 }
 
-/*
- * The send buffer, in windows (the kernel sizes it at 2 x the window, for Reno's fast
- * recovery). A segment acknowledged selectively stays in the send queue until the hole
- * before it is repaired: a round trip to find the loss and one to repair it, a third when
- * the retransmission is lost too (a 2 600-segment window at 1.3 % loss loses one of its 34
- * retransmissions one round in three). With two windows the queue then held only
- * unacknowledged data, the relay could add nothing, the link idled until the hole closed,
- * and what the relay wrote then left in a burst that overflowed the bottleneck's buffer.
- * Once the connection has lost a segment the buffer is four of the model's path windows
- * (rate x base RTT), not four of the kernel's window, which the start's last round can
- * leave at twice the path's: the relay fills the send buffer (`back_pressure = "plain"`),
- * so its size is what the proxy holds per connection. The kernel only ever raises it.
- */
-#define SNDBUF_PATH_WINDOWS 4
-
+/* The send buffer: the model's (sat_model_send_windows), because selectively acknowledged
+ * data waits in it behind each hole; the kernel only ever raises it. */
 SEC("struct_ops")
 u32 BPF_PROG(sat_sndbuf_expand, struct sock *sk)
 {
 	const struct tcp_sock *tp = tcp_sk(sk);
 	struct sat_model *m = bpf_sk_storage_get(&sat_state, sk, 0, 0);
-	u32 cwnd = max(tp->snd_cwnd, 10U), base;
-	u64 want;
 
-	if (!m || !tp->lost || !m->f.bw || !tp->mss_cache)
+	if (!m)
 		return 2;
-	base = base_us(m);
-	want = (u64)m->f.bw * base / USEC_PER_SEC / tp->mss_cache * SNDBUF_PATH_WINDOWS;
-	/* In windows of the kernel's, rounded up; never below the kernel's own two. */
-	want = (want + cwnd - 1) / cwnd;
-	return want < 2 ? 2 : want > 16 ? 16 : (u32)want;
+	return sat_model_send_windows(m, tp->snd_cwnd, tp->mss_cache, tp->lost > 0);
 }
 
 /* One socket's model, as the iterator below writes it: this header, then the socket's
