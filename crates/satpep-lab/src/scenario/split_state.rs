@@ -1,7 +1,8 @@
-//! Split mode's satellite-leg controller, sampled every half second through the sending
-//! proxy's `/connections`: the model `satpep_sat` keeps per socket in the kernel (phase, rate,
-//! base RTT, queue, noise, shallow buffer), which `ss` cannot show. The tunnel's counterpart
-//! is [`super::tunnel_state`].
+//! Split mode's proxies, sampled every half second through their `/connections`: what each
+//! holds for its connections (sockets' queues and relay pipes), and the satellite-leg
+//! controller of the sending one, the model `satpep_sat` keeps per socket in the kernel
+//! (phase, rate, base RTT, queue, noise, shallow buffer), which `ss` cannot show. The
+//! tunnel's counterpart is [`super::tunnel_state`].
 
 use super::traffic::Poll;
 use super::tunnel_state::{fetch_page, metrics_addr};
@@ -26,19 +27,19 @@ pub struct SplitSample {
     pub model: ModelReading,
 }
 
-/// Samples the split connections of the proxy in `host` (the satellite leg's sender: the
-/// gateway for downloads, the terminal for uploads) every half second.
-pub(crate) fn sample_split(lab: &Lab, host: Host) -> Poll<Vec<SplitSample>> {
-    sample_connections(lab, host, parse)
+/// What a split proxy's `/connections` showed over a run.
+#[derive(Debug, Default)]
+pub(crate) struct ProxySamples {
+    /// What it held, each time.
+    pub held: Vec<HeldSample>,
+    /// Its connections' satellite models, when asked for.
+    pub models: Vec<SplitSample>,
 }
 
-/// Reads the proxy's `/connections` in `host` every half second, keeping what `read` takes
-/// from each reply.
-fn sample_connections<T: Send + 'static, I: IntoIterator<Item = T> + 'static>(
-    lab: &Lab,
-    host: Host,
-    read: fn(&str, f64) -> I,
-) -> Poll<Vec<T>> {
+/// Reads the split proxy in `host` every half second, one `/connections` fetch serving both
+/// readings: what it holds and, with `models` (the satellite leg's sender: the gateway for
+/// downloads, the terminal for uploads), its connections' satellite models.
+pub(crate) fn sample_proxy(lab: &Lab, host: Host, models: bool) -> Poll<ProxySamples> {
     let addr = metrics_addr();
     Poll::start(
         lab,
@@ -46,8 +47,13 @@ fn sample_connections<T: Send + 'static, I: IntoIterator<Item = T> + 'static>(
         Duration::from_millis(500),
         Duration::MAX,
         move || fetch_page(addr, "/connections"),
-        move |out: &mut Vec<T>, text, t| {
-            out.extend(read(text, t));
+        move |out: &mut ProxySamples, text, t| {
+            if let Ok(reply) = serde_json::from_str::<StatusReply>(text) {
+                out.held.push(held_of(&reply, t));
+                if models {
+                    out.models.extend(models_of(reply, t));
+                }
+            }
             false
         },
     )
@@ -55,9 +61,10 @@ fn sample_connections<T: Send + 'static, I: IntoIterator<Item = T> + 'static>(
 
 /// The connections of a `/connections` reply whose satellite leg runs the satellite model.
 pub fn parse(text: &str, t: f64) -> Vec<SplitSample> {
-    let Ok(reply) = serde_json::from_str::<StatusReply>(text) else {
-        return Vec::new();
-    };
+    serde_json::from_str::<StatusReply>(text).map_or_else(|_| Vec::new(), |r| models_of(r, t))
+}
+
+fn models_of(reply: StatusReply, t: f64) -> Vec<SplitSample> {
     reply
         .connections
         .into_iter()
@@ -105,24 +112,23 @@ pub struct HeldRecord {
     pub p50_by_proxy: Vec<f64>,
 }
 
-/// Samples what the split proxy in `host` holds every half second.
-pub(crate) fn sample_held(lab: &Lab, host: Host) -> Poll<Vec<HeldSample>> {
-    sample_connections(lab, host, held)
-}
-
 /// The bytes a `/connections` reply says its proxy holds.
 pub fn held(text: &str, t: f64) -> Option<HeldSample> {
     let reply = serde_json::from_str::<StatusReply>(text).ok()?;
+    Some(held_of(&reply, t))
+}
+
+fn held_of(reply: &StatusReply, t: f64) -> HeldSample {
     let legs = reply
         .connections
         .iter()
         .flat_map(|c| [&c.satellite, &c.terrestrial])
         .flatten();
-    Some(HeldSample {
+    HeldSample {
         t,
         bytes: reply.piped_bytes + legs.map(|l| l.recv_queue + l.send_queue).sum::<u64>(),
         drops: reply.flow_drops,
-    })
+    }
 }
 
 /// Both proxies' samples summed sample by sample (they are taken on the same half-second

@@ -460,31 +460,36 @@ pub fn run_once(
         };
         sample_tunnel(lab, host)
     });
-    // Split's models: the proxy that sends across the link (none without one there).
-    let split = (spec.pep.mode == super::spec::PepMode::Split)
-        .then(|| leg_sender(spec, kind.downloads()))
-        .filter(|h| matches!(h, Host::Gateway | Host::Terminal))
-        .map(|host| super::split_state::sample_split(lab, host));
-    // What split's proxies hold for their connections, at both ends.
-    let held: Vec<_> = if spec.pep.mode == super::spec::PepMode::Split {
-        // Split starts the terminal's first, the gateway's unless the terminal is alone.
+    // Split's proxies, each read once every half second: what both hold for their
+    // connections, and the satellite models of the one that sends across the link (none
+    // without one there). Split starts the terminal's first, the gateway's unless the
+    // terminal is alone.
+    let sender = leg_sender(spec, kind.downloads());
+    let proxies: Vec<_> = if spec.pep.mode == super::spec::PepMode::Split {
         [Host::Terminal, Host::Gateway]
             .into_iter()
             .take(lab.state().proxy_pids.len())
-            .map(|h| super::split_state::sample_held(lab, h))
+            .map(|h| (h, super::split_state::sample_proxy(lab, h, h == sender)))
             .collect()
     } else {
         Vec::new()
     };
     let res = kind.run(lab, spec, &mut rec, limit_bps, tick);
-    let mut held_samples = Vec::new();
-    for p in held {
+    let mut held = Vec::new();
+    for (host, p) in proxies {
         match p.finish() {
-            Ok(s) => held_samples.push(s),
-            Err(e) => rec.errors.push(format!("held sampler: {e}")),
+            Ok(s) => {
+                held.push(s.held);
+                if host == sender {
+                    rec.split = s.models;
+                }
+            }
+            Err(e) => rec
+                .errors
+                .push(format!("split proxy sampler ({host:?}): {e}")),
         }
     }
-    rec.held = super::split_state::held_record(&held_samples);
+    rec.held = super::split_state::held_record(&held);
     match sampler.map(Poll::finish) {
         Some(Ok(s)) => rec.sockets = s,
         Some(Err(e)) => rec.errors.push(format!("socket sampler: {e}")),
@@ -493,11 +498,6 @@ pub fn run_once(
     match tunnel.map(Poll::finish) {
         Some(Ok(t)) => rec.tunnel = t,
         Some(Err(e)) => rec.errors.push(format!("tunnel sampler: {e}")),
-        None => {}
-    }
-    match split.map(Poll::finish) {
-        Some(Ok(t)) => rec.split = t,
-        Some(Err(e)) => rec.errors.push(format!("split model sampler: {e}")),
         None => {}
     }
     // Each flow's socket counts up; sum the flows' last (largest) counts.
