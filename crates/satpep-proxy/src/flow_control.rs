@@ -21,6 +21,7 @@
 //!   ([`Sizing`]).
 
 use crate::config::FlowControl;
+use crate::sockets::{buffer_size, set_buffer, Buffer};
 use crate::tcpinfo::{self, FlowInfo};
 use satpep_cc::flow_drop::{DropFilter, DropSlot};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -93,7 +94,7 @@ impl Readings {
             q1: tcpinfo::queue(r, libc::FIONREAD) + piped,
             rcv_wnd: up.rcv_wnd.unwrap_or(up.rcv_space),
             up_rtt_us: up.rcv_rtt_us,
-            up_rcvbuf: tcpinfo::rcvbuf(r),
+            up_rcvbuf: buffer_size(r, Buffer::Receive),
             q2: tcpinfo::queue(w, libc::TIOCOUTQ),
             down,
         })
@@ -343,11 +344,9 @@ impl Regulator {
 /// three quarters of its buffer as window. A window clamp (TCP_WINDOW_CLAMP) would not do:
 /// it caps the window beyond what is queued, so a LAN sender kept 4 MB queued at a gateway
 /// under a 32 KB clamp. Setting it stops the kernel's autotuning of this socket's buffer,
-/// which sizing replaces. FORCE: past net.core.rmem_max (the proxy keeps CAP_NET_ADMIN).
+/// which sizing replaces. Forced past net.core.rmem_max (the proxy keeps CAP_NET_ADMIN).
 fn set_receive_buffer(fd: RawFd, b: u64) -> std::io::Result<()> {
-    let b = b.min(i32::MAX as u64 / 2) as i32;
-    crate::sockets::setopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, b)
-        .or_else(|_| crate::sockets::setopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, b))
+    set_buffer(fd, Buffer::Receive, b.min(i32::MAX as u64 / 2) as usize)
 }
 
 /// Improved back-pressure on a socket: its low-water mark, unless its leg set one.

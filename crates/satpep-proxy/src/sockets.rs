@@ -4,7 +4,7 @@ use crate::config::Leg;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 /// Reads an integer socket option; None if the socket has no such option.
 pub fn getopt_int(fd: i32, level: i32, opt: i32) -> Option<i32> {
@@ -74,6 +74,41 @@ pub fn set_congestion(fd: std::os::fd::RawFd, name: &str) -> io::Result<()> {
     }
 }
 
+/// One of a socket's two buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buffer {
+    /// SO_SNDBUF.
+    Send,
+    /// SO_RCVBUF.
+    Receive,
+}
+
+impl Buffer {
+    /// The option, and the one that may pass the sysctl limit.
+    fn options(self) -> (libc::c_int, libc::c_int) {
+        match self {
+            Buffer::Send => (libc::SO_SNDBUF, libc::SO_SNDBUFFORCE),
+            Buffer::Receive => (libc::SO_RCVBUF, libc::SO_RCVBUFFORCE),
+        }
+    }
+}
+
+/// Sets a socket buffer to `bytes` (the kernel doubles it for its overhead, and stops
+/// autotuning it). FORCE first: it lifts net.core.{r,w}mem_max, which would otherwise cap a
+/// GEO-sized buffer, where the process may (CAP_NET_ADMIN); else the plain option, capped.
+pub fn set_buffer(fd: RawFd, which: Buffer, bytes: usize) -> io::Result<()> {
+    let (plain, force) = which.options();
+    let b = bytes.min(i32::MAX as usize) as i32;
+    setopt_int(fd, libc::SOL_SOCKET, force, b)
+        .or_else(|_| setopt_int(fd, libc::SOL_SOCKET, plain, b))
+}
+
+/// A socket buffer's size as the kernel counts it (twice what was set), bytes; 0 if it
+/// cannot be read.
+pub fn buffer_size(fd: RawFd, which: Buffer) -> u64 {
+    getopt_int(fd, libc::SOL_SOCKET, which.options().0).map_or(0, |v| v.max(0) as u64)
+}
+
 /// Applies a leg's tuning to a socket. An unknown congestion control is an error naming it.
 pub fn tune(s: SockRef<'_>, leg: &Leg) -> io::Result<()> {
     let fd = s.as_raw_fd();
@@ -86,12 +121,8 @@ pub fn tune(s: SockRef<'_>, leg: &Leg) -> io::Result<()> {
         }
     }
     if let Some(b) = leg.buffer {
-        let b = b.min(i32::MAX as usize) as i32;
-        // FORCE lifts net.core.{r,w}mem_max, which would otherwise cap a GEO-sized buffer.
-        setopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, b)
-            .or_else(|_| setopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, b))?;
-        setopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, b)
-            .or_else(|_| setopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, b))?;
+        set_buffer(fd, Buffer::Send, b)?;
+        set_buffer(fd, Buffer::Receive, b)?;
     }
     if leg.nodelay {
         s.set_nodelay(true)?;
@@ -185,15 +216,8 @@ pub fn udp_socket(addr: SocketAddr, buffer: usize) -> io::Result<std::net::UdpSo
     if addr.is_ipv6() {
         let _ = s.set_only_v6(false);
     }
-    let b = buffer.min(i32::MAX as usize) as i32;
-    let fd = s.as_raw_fd();
-    for (force, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    ] {
-        setopt_int(fd, libc::SOL_SOCKET, force, b)
-            .or_else(|_| setopt_int(fd, libc::SOL_SOCKET, plain, b))?;
-    }
+    set_buffer(s.as_raw_fd(), Buffer::Receive, buffer)?;
+    set_buffer(s.as_raw_fd(), Buffer::Send, buffer)?;
     s.bind(&addr.into())?;
     Ok(s.into())
 }

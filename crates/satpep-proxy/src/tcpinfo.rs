@@ -2,6 +2,7 @@
 //! retransmissions). libc's `tcp_info` stops before `tcpi_delivery_rate`, so the kernel's
 //! uapi layout is mirrored here.
 
+use crate::sockets::{buffer_size, Buffer};
 use serde::Serialize;
 use std::os::fd::RawFd;
 
@@ -272,17 +273,6 @@ pub fn flow(fd: RawFd) -> Option<FlowInfo> {
     })
 }
 
-/// A socket's receive buffer as the kernel counts it (SO_RCVBUF: twice what was set, for
-/// the kernel's overhead), bytes; 0 if it cannot be read.
-pub fn rcvbuf(fd: RawFd) -> u64 {
-    crate::sockets::getopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map_or(0, |v| v.max(0) as u64)
-}
-
-/// A socket's send buffer as the kernel counts it (SO_SNDBUF), bytes; 0 if it cannot be read.
-pub fn sndbuf(fd: RawFd) -> u64 {
-    crate::sockets::getopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).map_or(0, |v| v.max(0) as u64)
-}
-
 /// Reads `TCP_INFO` of socket `fd`; `None` if it is not a TCP socket any more.
 pub fn read(fd: RawFd) -> Option<LegInfo> {
     let (t, len) = raw(fd)?;
@@ -311,8 +301,8 @@ pub fn read(fd: RawFd) -> Option<LegInfo> {
         recv_queue: queue(fd, libc::FIONREAD),
         send_queue: queue(fd, libc::TIOCOUTQ),
         rcv_wnd: has_rcv_wnd(len).then_some(t.rcv_wnd as u64),
-        rcvbuf: rcvbuf(fd),
-        sndbuf: sndbuf(fd),
+        rcvbuf: buffer_size(fd, Buffer::Receive),
+        sndbuf: buffer_size(fd, Buffer::Send),
         busy_ms: t.busy_time / 1000,
         rwnd_limited_ms: t.rwnd_limited / 1000,
         sndbuf_limited_ms: t.sndbuf_limited / 1000,
