@@ -2318,7 +2318,8 @@ fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
             }
         }
         let intact = got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8);
-        (got.len(), intact)
+        // The stream comes back open: the proxies list the connection until it closes.
+        (got.len(), intact, s)
     });
     std::thread::sleep(Duration::from_secs(2));
     let (mut unsent, mut rcvbuf_min) = (Vec::new(), u64::MAX);
@@ -2342,7 +2343,7 @@ fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let (read, intact) = reader.join().unwrap();
+    let (read, intact, stream) = reader.join().unwrap();
     assert_eq!(read, TOTAL, "{tag}: every byte arrives");
     assert!(intact, "{tag}: in order and intact");
     let m = metrics(&lab, Host::Terminal);
@@ -2356,6 +2357,8 @@ fn slow_reader(tag: &str, proxy: ProxySection) -> Held {
         .and_then(|c| c.first().map(|c| c["satellite"]["total_retrans"].as_u64()))
         .flatten()
         .unwrap_or(0);
+    // Read while the connection was still listed (closed, it showed no retransmissions).
+    drop(stream);
     assert!(unsent.len() >= 4, "{tag}: the connection was not listed");
     unsent.sort();
     Held {
