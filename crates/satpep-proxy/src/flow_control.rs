@@ -160,9 +160,9 @@ impl Sizing {
             }
         }
         self.since = Some(now);
-        // B1 before the first step: the buffer the kernel gave C1 (it doubles what it is
-        // told; half of it is about the window it offers with nothing queued).
-        // Until a step sets it, B1 is what the kernel gives (its autotuning may grow it).
+        // Until a step sets it, B1 is the buffer the kernel gives C1, read afresh (its
+        // autotuning may grow it): half of it, since the kernel doubles what it is told, is
+        // about the window it offers with nothing queued.
         let set = self.stepped;
         if !set {
             self.b1 = Some((r.rcv_wnd + r.q1).max(r.up_rcvbuf / 2));
