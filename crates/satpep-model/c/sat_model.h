@@ -778,7 +778,13 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 			u64 share = max((u64)m->grow.probe_extra * 1000000 / bdp / 2, 10000ULL);
 			bool grew = (u64)m->f.bw * 1000000 > (u64)m->grow.ref_bw * (1000000 + share);
 
-			if (grew && m->grow.probe_wins < 2) {
+			/* Far below the peak, one win says a fade ended or a competitor left:
+			 * regrow at once. A shallow buffer shows no idle round, so probes alone
+			 * find the rate again, and 5 % a probe took seed 39's L07 (78 Mbit/s
+			 * faded to 20 and back, 16 ms buffer) 8 s to regain half of it. */
+			bool far_below = (u64)m->f.bw * 2 < m->f.bw_peak;
+
+			if (grew && m->grow.probe_wins < 2 && !far_below) {
 				m->grow.probe_wins++;
 				m->grow.ref_bw = m->f.bw;
 				m->grow.probe_extra *= 2;

@@ -287,6 +287,8 @@ fn long_bursts_of_loss_on_a_leo_pass_are_noise() {
 struct Watch {
     host: KernelHost,
     phases: Vec<(f64, Phase)>,
+    /// When the model first knew a shallow buffer, s.
+    shallow_at: Option<f64>,
 }
 
 impl Watch {
@@ -294,6 +296,7 @@ impl Watch {
         Watch {
             host: KernelHost::new(MSS as u32),
             phases: vec![(0.0, Phase::Startup)],
+            shallow_at: None,
         }
     }
 
@@ -312,6 +315,9 @@ impl sim::Host for Watch {
         let p = self.host.model.phase();
         if self.phases.last().is_some_and(|l| l.1 != p) {
             self.phases.push((now_us as f64 * 1e-6, p));
+        }
+        if self.shallow_at.is_none() && self.host.model.shallow_buffer_us().is_some() {
+            self.shallow_at = Some(now_us as f64 * 1e-6);
         }
     }
     fn on_lost(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
@@ -467,4 +473,34 @@ fn a_lossy_connection_gets_a_send_buffer_of_four_path_windows() {
     // Before anything is measured, the kernel's two.
     let fresh = KernelHost::new(MSS as u32);
     assert_eq!(fresh.model.send_windows(100, MSS as u32, true), 2);
+}
+
+#[test]
+fn after_a_fade_on_a_shallow_buffer_the_rate_comes_back_within_seconds() {
+    // Seed 39's L07: MEO 78 Mbit/s over 171 ms with a 16 ms buffer, faded to a quarter for
+    // 6 s. A shallow buffer shows no queue when the window is too small either, so only
+    // probes find the rate again. The first fade comes before the buffer is known (the
+    // simulator finds it after that fade), the second after it.
+    let l = |t: f64| Link {
+        rate_bps: if (18.0..24.0).contains(&t) || (40.0..46.0).contains(&t) {
+            20e6
+        } else {
+            78e6
+        },
+        rtt: 0.171,
+        buffer: 78e6 / 8.0 * 0.016,
+        loss: 0.0,
+        burst: 1.0,
+    };
+    let mut w = Watch::new();
+    let p = run(&mut w, &l, MSS, 60.0);
+    let known = w.shallow_at.expect("the buffer was not found");
+    assert!(known < 40.0, "the buffer found at {known:.1} s");
+    report("in the fade", &w.host, &p, 20e6, 41.0, 46.0);
+    let (g, q) = report("after the fade", &w.host, &p, 78e6, 48.0, 60.0);
+    assert!(
+        g >= 0.85,
+        "goodput {g:.3} of the limit 2-14 s after the fade"
+    );
+    assert!(q <= 20.0, "queue p95 {q:.1} ms");
 }
