@@ -474,3 +474,33 @@ pub fn queue_p95(p: &[Packet], from: f64, to: f64) -> f64 {
     q.sort_by(f64::total_cmp);
     q[(q.len() * 95 / 100).min(q.len() - 1)]
 }
+
+/// A constant-rate UDP flow beside the model (the corpus's cross traffic): it sends at its
+/// rate whatever the link does and reads no ACK.
+#[derive(Debug, Clone)]
+pub struct ConstantRate {
+    /// Payload bytes/s (what the pacer spaces packets by).
+    pace: u64,
+}
+
+impl ConstantRate {
+    /// A flow of `rate_bps` bits/s on the wire, in packets of `mss` payload bytes.
+    pub fn new(rate_bps: f64, mss: u64) -> ConstantRate {
+        ConstantRate {
+            pace: (rate_bps / 8.0 * mss as f64 / (mss + 66) as f64) as u64,
+        }
+    }
+}
+
+impl Host for ConstantRate {
+    fn on_sent(&mut self, _now_us: u64, _bytes: u64) {}
+    fn on_acked(&mut self, _now_us: u64, _sent_us: u64, _bytes: u64) {}
+    fn on_lost(&mut self, _now_us: u64, _sent_us: u64, _bytes: u64) {}
+    fn on_end_acks(&mut self, _now_us: u64) {}
+    fn window(&self) -> u64 {
+        u64::MAX / 2
+    }
+    fn pacing_rate(&self) -> u64 {
+        self.pace
+    }
+}

@@ -504,3 +504,30 @@ fn after_a_fade_on_a_shallow_buffer_the_rate_comes_back_within_seconds() {
     );
     assert!(q <= 20.0, "queue p95 {q:.1} ms");
 }
+
+#[test]
+fn beside_constant_rate_udp_acm_steps_are_no_competitor() {
+    // Seed 39's L11: GEO 5.1 Mbit/s with 1.9 Mbit/s of UDP beside, ACM steps to 3.6 Mbit/s
+    // (the TCP's part from 3.2 to 1.7), an 80 KB buffer. The first drains after a step meet
+    // the queue built before it, full enough to overflow; read as another sender's, two of
+    // them made the model compete with a flow that never yields and kept the buffer full.
+    let sched = [(0.0, 5.114e6), (10.1, 3.631e6), (13.5, 5.114e6), (20.5, 3.631e6)];
+    let l = move |t: f64| Link {
+        rate_bps: sched.iter().rev().find(|s| s.0 <= t).unwrap().1,
+        rtt: 0.558,
+        buffer: 80562.0,
+        loss: 0.0,
+        burst: 1.0,
+    };
+    let udp = 1.881e6;
+    let mut w = Watch::new();
+    let mut c = sim::ConstantRate::new(udp, MSS);
+    let p = sim::run_shared(&mut [&mut w, &mut c], &l, MSS, 24.0);
+    println!("phases {:?}", w.phases);
+    for (from, to) in [(5.0, 10.1), (12.1, 13.5), (15.5, 20.5), (22.5, 24.0)] {
+        let q = queue_p95(&p[1], from, to) * 1e3;
+        let g = goodput(&p[0], MSS, from, to) / limit(l(from).rate_bps - udp);
+        println!("{from}-{to} s: {:.0} % of what the UDP leaves, queue p95 {q:.0} ms", g * 100.0);
+    }
+    assert_eq!(w.entered(Phase::Compete), None, "{:?}", w.phases);
+}
