@@ -42,6 +42,11 @@ pub struct RunArgs {
     /// controller change on the links it is about, with --repetitions.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub link: Vec<String>,
+    /// Run only these configurations (names as the report's columns give them, e.g.
+    /// "split" or "split,tunnel"): compare one configuration across builds without
+    /// rerunning the others. Results of a reduced run go to their own directory.
+    #[arg(long = "config", value_name = "NAMES", value_delimiter = ',')]
+    pub configs: Vec<String>,
     /// Results directory of a scenario [default: lab-results/NAME, or NAME-quick]. A
     /// directory holding part of the same scenario's runs is resumed.
     #[arg(long, value_name = "DIR")]
@@ -90,6 +95,9 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     }
     if !args.link.is_empty() {
         sc = sc.only_links(&args.link)?;
+    }
+    if !args.configs.is_empty() {
+        sc = sc.only_configs(&args.configs)?;
     }
     crate::sys::require_root()?;
     crate::catch_interrupts();

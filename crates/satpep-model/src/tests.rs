@@ -511,7 +511,12 @@ fn beside_constant_rate_udp_acm_steps_are_no_competitor() {
     // (the TCP's part from 3.2 to 1.7), an 80 KB buffer. The first drains after a step meet
     // the queue built before it, full enough to overflow; read as another sender's, two of
     // them made the model compete with a flow that never yields and kept the buffer full.
-    let sched = [(0.0, 5.114e6), (10.1, 3.631e6), (13.5, 5.114e6), (20.5, 3.631e6)];
+    let sched = [
+        (0.0, 5.114e6),
+        (10.1, 3.631e6),
+        (13.5, 5.114e6),
+        (20.5, 3.631e6),
+    ];
     let l = move |t: f64| Link {
         rate_bps: sched.iter().rev().find(|s| s.0 <= t).unwrap().1,
         rtt: 0.558,
@@ -527,7 +532,10 @@ fn beside_constant_rate_udp_acm_steps_are_no_competitor() {
     for (from, to) in [(5.0, 10.1), (12.1, 13.5), (15.5, 20.5), (22.5, 24.0)] {
         let q = queue_p95(&p[1], from, to) * 1e3;
         let g = goodput(&p[0], MSS, from, to) / limit(l(from).rate_bps - udp);
-        println!("{from}-{to} s: {:.0} % of what the UDP leaves, queue p95 {q:.0} ms", g * 100.0);
+        println!(
+            "{from}-{to} s: {:.0} % of what the UDP leaves, queue p95 {q:.0} ms",
+            g * 100.0
+        );
     }
     assert_eq!(w.entered(Phase::Compete), None, "{:?}", w.phases);
 }

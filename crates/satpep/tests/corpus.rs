@@ -6,10 +6,12 @@ mod common;
 use common::*;
 use satpep_lab::scenario::{corpus_report, report, runner, Scenario};
 
-/// The draw's seed: any seed holds every family. This one's slowest link is a 2.1 Mbit/s
-/// GEO link, where the checked 8 MB takes split 48 s and the tunnel over 60 s (the whole
-/// test about 4.5 min here).
-const SEED: u64 = 3;
+/// The draw's seed: any seed holds every family. This one's links run 29 to 171 Mbit/s
+/// (MEO 98 Mbit/s with bursts of loss, terr+GEO 142 Mbit/s with a 7 ms buffer and a fade,
+/// LEO 171 Mbit/s, GEO 29 Mbit/s with a 10 ms buffer and ACM steps), so the checked 8 MB
+/// takes seconds on each. Seed 3's 2.1 Mbit/s GEO link took split 48 s and the tunnel over
+/// 60 s of a test of about 4.5 min, a fifth of CI's time for no more coverage.
+const SEED: u64 = 144;
 
 fn scenario() -> String {
     format!(

@@ -156,7 +156,7 @@ source = "a made-up figure"
 
 [[part]]
 name = "http"
-traffic = { kind = "http", size = "200KB", count = 2 }
+traffic = { kind = "http", size = "200KB", count = 2, parallel = 2 }
 duration = "20s"
 
 [[part]]
@@ -281,9 +281,10 @@ fn a_scenario_runs_reports_and_resumes_after_an_interrupt() {
     let u = cells[1]["utilization"]["mean"].as_f64().unwrap();
     assert!(u > 0.6, "split at BER 0: {u}");
     assert_eq!(cells[1]["reference"], 12345678.0);
-    // http: two downloads of 200 KB, each at least one RTT plus serialization.
+    // http: two rounds of two simultaneous downloads of 200 KB, each at least one RTT plus
+    // serialization.
     let http = &cells[4]["metric"];
-    assert_eq!(http["n"], 2);
+    assert_eq!(http["n"], 4);
     let ht = http["mean"].as_f64().unwrap();
     assert!(ht > 0.05 + 200e3 * 8.0 / 20e6 && ht < 5.0, "http {ht}");
     // What the link carried per payload byte of the files: at least the payload with its

@@ -520,9 +520,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_scenario_reduced_to_drawn_links_keeps_their_cells_alone() {
-        let text = r#"
+    /// A drawn part with two configurations beside a plain part with one.
+    const TWO_PARTS: &str = r#"
 name = "c"
 duration = "10s"
 seed = 7
@@ -541,7 +540,10 @@ link = { both = { rate = "10Mbit", delay = "300ms" } }
 [[part.config]]
 name = "cubic"
 "#;
-        let sc = crate::scenario::Scenario::parse(text, false).unwrap();
+
+    #[test]
+    fn a_scenario_reduced_to_drawn_links_keeps_their_cells_alone() {
+        let sc = crate::scenario::Scenario::parse(TWO_PARTS, false).unwrap();
         let l3 = sc.parts[0].drawn[2].clone();
         let only = sc.clone().only_links(&["L03".into()]).unwrap();
         assert_eq!(
@@ -564,6 +566,30 @@ name = "cubic"
         let e = sc.only_links(&["L09".into()]).unwrap_err();
         assert!(
             e.contains("--link L09") && e.contains("L01, L02, L03, L04, L05"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_scenario_reduced_to_configurations_keeps_their_cells_alone() {
+        let sc = crate::scenario::Scenario::parse(TWO_PARTS, false).unwrap();
+        let tunnel = sc.clone().only_configs(&["tunnel".into()]).unwrap();
+        assert_eq!(tunnel.parts.len(), 1, "the part without it is left out");
+        assert_eq!(tunnel.parts[0].configs, vec!["tunnel".to_string()]);
+        assert_eq!(tunnel.cells.len(), 5);
+        for (i, c) in tunnel.cells.iter().enumerate() {
+            assert_eq!((c.index, c.part, c.config.as_str()), (i, 0, "tunnel"));
+        }
+        assert_eq!(tunnel.name, "c-tunnel");
+        let both = sc
+            .clone()
+            .only_configs(&["split".into(), "cubic".into()])
+            .unwrap();
+        assert_eq!(both.parts.len(), 2);
+        assert_eq!(both.cells.len(), 6);
+        let e = sc.only_configs(&["bbr".into()]).unwrap_err();
+        assert!(
+            e.contains("--config bbr") && e.contains("split, tunnel, cubic"),
             "{e}"
         );
     }

@@ -1040,6 +1040,59 @@ impl Scenario {
         Ok(self)
     }
 
+    /// The scenario reduced to the configurations `names` (cells renumbered; parts that keep
+    /// none are left out). So one configuration is compared across builds, on the links or
+    /// points a change is about, without rerunning the rest.
+    pub fn only_configs(mut self, names: &[String]) -> Result<Scenario, String> {
+        if let Some(bad) = names
+            .iter()
+            .find(|n| !self.parts.iter().any(|p| p.configs.contains(n)))
+        {
+            let mut all: Vec<&str> = Vec::new();
+            for c in self.parts.iter().flat_map(|p| p.configs.iter()) {
+                if !all.contains(&c.as_str()) {
+                    all.push(c);
+                }
+            }
+            return Err(format!(
+                "--config {bad}: no such configuration (configurations: {})",
+                all.join(", ")
+            ));
+        }
+        let parts = std::mem::take(&mut self.parts);
+        let mut renumber = vec![None; parts.len()];
+        for (i, mut p) in parts.into_iter().enumerate() {
+            p.configs.retain(|c| names.contains(c));
+            if !p.configs.is_empty() {
+                renumber[i] = Some(self.parts.len());
+                self.parts.push(p);
+            }
+        }
+        let cells = std::mem::take(&mut self.cells);
+        for mut c in cells {
+            let Some(np) = renumber[c.part] else { continue };
+            if !names.contains(&c.config) {
+                continue;
+            }
+            c.part = np;
+            c.index = self.cells.len();
+            self.cells.push(c);
+        }
+        let slug: String = names
+            .join("-")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        self.name = format!("{}-{slug}", self.name);
+        Ok(self)
+    }
+
     /// The cells of part `p`.
     pub fn part_cells(&self, p: usize) -> impl Iterator<Item = &Cell> {
         self.cells.iter().filter(move |c| c.part == p)

@@ -576,21 +576,52 @@ pub(crate) fn fetch_checked(
     start: Instant,
     tick: &mut dyn FnMut(f64),
 ) -> Result<Result<f64, String>, String> {
-    let mut child = spawn_fetch_at(lab, Host::Client, url, None, max_s, read_bps);
-    wait_child(
-        &mut child,
-        Instant::now() + Duration::from_secs(max_s as u64 + 5),
-        start,
-        tick,
-    )?;
-    let f = finish_fetch(child, None);
-    if f.exit != 0 || f.status != 200 || f.bytes != size {
-        return Ok(Err(format!(
-            "{url}: curl exit {}, HTTP {}, {} of {size} bytes",
-            f.exit, f.status, f.bytes
-        )));
+    let mut all = fetch_all_checked(lab, url, size, max_s, read_bps, 1, start, tick)?;
+    Ok(all.pop().expect("one download"))
+}
+
+/// `n` curl downloads started together, each on its own connection, waiting with progress;
+/// one Ok(seconds) or Err(what went wrong) per download, in start order. Interrupted, every
+/// download still running is stopped.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fetch_all_checked(
+    lab: &Lab,
+    url: &str,
+    size: u64,
+    max_s: u32,
+    read_bps: Option<u64>,
+    n: u32,
+    start: Instant,
+    tick: &mut dyn FnMut(f64),
+) -> Result<Vec<Result<f64, String>>, String> {
+    let mut children: Vec<Child> = (0..n)
+        .map(|_| spawn_fetch_at(lab, Host::Client, url, None, max_s, read_bps))
+        .collect();
+    // All started together, so one deadline holds for all of them.
+    let deadline = Instant::now() + Duration::from_secs(max_s as u64 + 5);
+    for i in 0..children.len() {
+        if let Err(e) = wait_child(&mut children[i], deadline, start, tick) {
+            for c in &mut children[i + 1..] {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            return Err(e);
+        }
     }
-    Ok(Ok(f.total_s))
+    Ok(children
+        .into_iter()
+        .map(|child| {
+            let f = finish_fetch(child, None);
+            if f.exit != 0 || f.status != 200 || f.bytes != size {
+                Err(format!(
+                    "{url}: curl exit {}, HTTP {}, {} of {size} bytes",
+                    f.exit, f.status, f.bytes
+                ))
+            } else {
+                Ok(f.total_s)
+            }
+        })
+        .collect())
 }
 
 /// Runs a prepared curl command (its `--max-time` is `max_s`) with progress; returns whether

@@ -1,9 +1,10 @@
-//! `kind = "http"`: downloads of one file from nginx with curl, one after another, each on a
-//! new connection; seconds from connect to last byte per download.
+//! `kind = "http"`: downloads of one file from nginx with curl, one after another (or
+//! `parallel` at a time), each on a new connection; seconds from connect to last byte per
+//! download.
 
 use super::{check_count, one, Kind};
 use crate::scenario::spec::{CellSpec, Metric, Size};
-use crate::scenario::traffic::{fetch_checked, serve_one, RunRecord};
+use crate::scenario::traffic::{fetch_all_checked, serve_one, RunRecord};
 use crate::topology::Lab;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -14,9 +15,13 @@ use std::time::Instant;
 pub struct Http {
     /// File size, e.g. "100KB".
     pub size: Size,
-    /// Downloads per repetition.
+    /// Downloads per repetition (rounds of `parallel` downloads each).
     #[serde(default = "one")]
     pub count: u32,
+    /// Downloads started together in each round, each on its own connection (Bharadwaj
+    /// 1999 §5.2's simultaneous transfers); every download's time is a sample.
+    #[serde(default = "one")]
+    pub parallel: u32,
     /// The client reads at most this fast ("4Mbit"; curl's `--limit-rate`): a slow reader,
     /// whose window closes while the server and the proxies still send. Absent: as fast as
     /// data arrives.
@@ -47,6 +52,7 @@ impl Kind for Http {
 
     fn check(&self, _cell: &CellSpec) -> Result<(), String> {
         self.read_bps()?;
+        check_count("parallel", self.parallel, 1, 256)?;
         check_count("count", self.count, 1, 10_000)
     }
 
@@ -64,15 +70,16 @@ impl Kind for Http {
         let start = Instant::now();
         let read_bps = t.read_bps()?;
         for _ in 0..t.count {
-            let f = fetch_checked(lab, &url, size, max, read_bps, start, tick)?;
-            match f {
-                Ok(s) => {
-                    rec.samples.push(s);
-                    *rec.payload_bytes.get_or_insert(0) += size;
-                }
-                Err(e) => {
-                    rec.failures += 1;
-                    rec.errors.push(e);
+            for f in fetch_all_checked(lab, &url, size, max, read_bps, t.parallel, start, tick)? {
+                match f {
+                    Ok(s) => {
+                        rec.samples.push(s);
+                        *rec.payload_bytes.get_or_insert(0) += size;
+                    }
+                    Err(e) => {
+                        rec.failures += 1;
+                        rec.errors.push(e);
+                    }
                 }
             }
         }
