@@ -1279,15 +1279,11 @@ fn write_tables(out: &Path, tables: &[super::doc::DocTable]) -> Result<(), Strin
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for (i, t) in tables.iter().enumerate() {
-        let slug = format!("{} {}", t.section, t.title)
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_ascii_lowercase)
-            .collect::<Vec<_>>();
+        let slug = super::spec::slug(&format!("{} {}", t.section, t.title));
         let name = format!(
             "{:02}-{}.csv",
             i + 1,
-            slug.join("-").chars().take(60).collect::<String>()
+            slug.chars().take(60).collect::<String>()
         );
         std::fs::write(dir.join(&name), t.table.csv())
             .map_err(|e| format!("cannot write tables/{name}: {e}"))?;

@@ -207,6 +207,15 @@ pub fn fmt_value(v: &Value) -> String {
     }
 }
 
+/// `s` as a file name's part: its ASCII words in lower case, joined by '-'.
+pub(crate) fn slug(s: &str) -> String {
+    s.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
 /// A duration as written ("30s", "500ms"), parsed once, when the scenario is read, with the
 /// link crate's units; it is written back as it was written.
 #[derive(Debug, Clone, PartialEq)]
@@ -1017,25 +1026,13 @@ impl Scenario {
                 .first()
                 .is_some_and(|v| names.contains(&p.axes[0].show(v)))
         };
-        let parts = std::mem::take(&mut self.parts);
-        let mut renumber = vec![None; parts.len()];
-        for (i, mut p) in parts.into_iter().enumerate() {
-            p.drawn.retain(|l| names.contains(&l.name));
-            if !p.drawn.is_empty() {
-                renumber[i] = Some(self.parts.len());
-                self.parts.push(p);
-            }
-        }
-        let cells = std::mem::take(&mut self.cells);
-        for mut c in cells {
-            let Some(np) = renumber[c.part] else { continue };
-            if !kept(&c, &self.parts[np]) {
-                continue;
-            }
-            c.part = np;
-            c.index = self.cells.len();
-            self.cells.push(c);
-        }
+        self.retain(
+            |p| {
+                p.drawn.retain(|l| names.contains(&l.name));
+                !p.drawn.is_empty()
+            },
+            kept,
+        );
         self.name = format!("{}-{}", self.name, names.join("-"));
         Ok(self)
     }
@@ -1059,11 +1056,28 @@ impl Scenario {
                 all.join(", ")
             ));
         }
+        self.retain(
+            |p| {
+                p.configs.retain(|c| names.contains(c));
+                !p.configs.is_empty()
+            },
+            |c, _| names.contains(&c.config),
+        );
+        self.name = format!("{}-{}", self.name, slug(&names.join(" ")));
+        Ok(self)
+    }
+
+    /// Keeps the parts `part` keeps (it may narrow them first) and, of theirs, the cells
+    /// `cell` keeps (read against the narrowed part); parts and cells renumbered.
+    fn retain(
+        &mut self,
+        mut part: impl FnMut(&mut Part) -> bool,
+        cell: impl Fn(&Cell, &Part) -> bool,
+    ) {
         let parts = std::mem::take(&mut self.parts);
         let mut renumber = vec![None; parts.len()];
         for (i, mut p) in parts.into_iter().enumerate() {
-            p.configs.retain(|c| names.contains(c));
-            if !p.configs.is_empty() {
+            if part(&mut p) {
                 renumber[i] = Some(self.parts.len());
                 self.parts.push(p);
             }
@@ -1071,26 +1085,13 @@ impl Scenario {
         let cells = std::mem::take(&mut self.cells);
         for mut c in cells {
             let Some(np) = renumber[c.part] else { continue };
-            if !names.contains(&c.config) {
+            if !cell(&c, &self.parts[np]) {
                 continue;
             }
             c.part = np;
             c.index = self.cells.len();
             self.cells.push(c);
         }
-        let slug: String = names
-            .join("-")
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .collect();
-        self.name = format!("{}-{slug}", self.name);
-        Ok(self)
     }
 
     /// The cells of part `p`.
