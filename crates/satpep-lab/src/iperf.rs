@@ -171,9 +171,23 @@ pub(crate) fn spawn_client_after(
     extra: &[String],
     after_s: f64,
 ) -> Result<Child, String> {
+    spawn_client_to(lab, SERVER_V4, port, run_s, download, extra, after_s)
+}
+
+/// [`spawn_client_after`] against the server host's address `server` (one of its
+/// secondary addresses).
+pub(crate) fn spawn_client_to(
+    lab: &Lab,
+    server: &str,
+    port: u16,
+    run_s: u32,
+    download: bool,
+    extra: &[String],
+    after_s: f64,
+) -> Result<Child, String> {
     let mut args: Vec<String> = vec![
         "-c".into(),
-        SERVER_V4.into(),
+        server.into(),
         "-p".into(),
         port.to_string(),
         "-t".into(),

@@ -351,8 +351,11 @@ fn proxy_file(
     let mut f = pep.file.clone();
     let gateway = host == Host::Gateway;
     f.intercept.interfaces = vec![if gateway { "to-link" } else { "to-client" }.into()];
-    // The scenarios' competing end-to-end flow.
+    // The scenarios' competing end-to-end flow, and the dumbbell's other hosts (their
+    // background flows share the link, never the proxies).
     f.intercept.exclude_ports.push(END_TO_END_PORT);
+    f.intercept.exclude_sources = BACKGROUND_NETS.iter().map(|s| s.to_string()).collect();
+    f.intercept.exclude_destinations = f.intercept.exclude_sources.clone();
     let p = &mut f.proxy;
     p.satellite_side = if gateway { "downstream" } else { "upstream" }.into();
     if let Some(m) = pep.max_connections.or(spliced_limit) {
@@ -414,6 +417,10 @@ fn proxy_file(
     }
     f
 }
+
+/// The dumbbell's other hosts (the scenarios' background flows), client side then server
+/// side: the proxies never intercept them.
+pub const BACKGROUND_NETS: [&str; 2] = ["198.18.1.16/28", "198.18.3.16/28"];
 
 /// A server port the lab's proxies never intercept: the scenarios' competing end-to-end
 /// flow uses it.

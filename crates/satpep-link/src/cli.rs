@@ -230,6 +230,7 @@ impl LinkArgs {
                         with_loss_flags(l, &self.$l)
                     },
                     reorder: None,
+                    path: None,
                     rate_schedule: None,
                     delay_schedule: None,
                     builtin_delay_trace: None,

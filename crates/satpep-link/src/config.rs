@@ -48,6 +48,10 @@ pub struct DirectionSpec {
     pub reorder: Option<bool>,
     /// Queue limit: "33KB", "100p" or "150%" of the bandwidth-delay product.
     pub queue: Option<String>,
+    /// Other paths through the same queue: frames to or from these hosts take their own
+    /// propagation delay after the shared bottleneck (a dumbbell: hosts near the bottleneck
+    /// sharing it with the satellite's users). Replaced as a whole by a later layer.
+    pub path: Option<Vec<PathSpec>>,
     /// Loss processes, one key each (`ber`, `per`, `gilbert`, …: see [`crate::loss`]).
     #[serde(flatten)]
     pub loss: LossSpec,
@@ -57,6 +61,74 @@ pub struct DirectionSpec {
     /// A built-in rate trace (presets such as `geo-fade`); not settable from files.
     #[serde(skip)]
     pub builtin_rate_trace: Option<Trace>,
+}
+
+/// One other path through a direction's queue, as written by a user.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PathSpec {
+    /// Addresses or prefixes ("198.18.3.16/28", "2001:2:0:3::10"): a frame whose source or
+    /// destination is in one takes this path.
+    pub hosts: Vec<String>,
+    /// Its one-way propagation delay, e.g. "12ms".
+    pub delay: String,
+}
+
+/// An address prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefix {
+    /// The address.
+    pub addr: std::net::IpAddr,
+    /// Its prefix length.
+    pub len: u8,
+}
+
+impl Prefix {
+    /// Parses "198.18.3.16/28" or a bare address (a host prefix).
+    pub fn parse(s: &str) -> Result<Prefix, String> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: std::net::IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}' is not an address or prefix"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            None => max,
+            Some(l) => match l.trim().parse::<u8>() {
+                Ok(n) if n <= max => n,
+                _ => return Err(format!("'{s}': the prefix length must be 0 to {max}")),
+            },
+        };
+        Ok(Prefix { addr, len })
+    }
+
+    /// Whether `a` lies in this prefix.
+    pub fn contains(&self, a: std::net::IpAddr) -> bool {
+        use std::net::IpAddr::{V4, V6};
+        match (self.addr, a) {
+            (V4(p), V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - self.len as u32).unwrap_or(0);
+                u32::from(p) & mask == u32::from(a) & mask
+            }
+            (V6(p), V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - self.len as u32).unwrap_or(0);
+                u128::from(p) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// One other path through a direction's queue, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostPath {
+    /// Frames to or from these take the path.
+    pub hosts: Vec<Prefix>,
+    /// Its one-way propagation delay, ns.
+    pub delay_ns: u64,
 }
 
 /// Scheduled link outages as written by a user (both directions go down together).
@@ -127,6 +199,7 @@ impl DirectionSpec {
             jitter,
             reorder,
             queue,
+            path,
             builtin_delay_trace,
             builtin_rate_trace
         );
@@ -304,6 +377,17 @@ pub struct DirectionConfig {
     pub queue: QueueLimit,
     /// Loss processes.
     pub loss: LossConfig,
+    /// Other paths through the queue, first match wins.
+    pub paths: Vec<HostPath>,
+}
+
+impl DirectionConfig {
+    /// Index in `paths` of the path of a frame between `src` and `dst`, if it takes one.
+    pub fn path_of(&self, src: std::net::IpAddr, dst: std::net::IpAddr) -> Option<usize> {
+        self.paths
+            .iter()
+            .position(|p| p.hosts.iter().any(|h| h.contains(src) || h.contains(dst)))
+    }
 }
 
 struct PartialDir {
@@ -429,6 +513,26 @@ impl PartialDir {
             },
         };
         let loss = s.loss.resolve(dir)?;
+        let mut paths = Vec::new();
+        for (i, p) in s.path.iter().flatten().enumerate() {
+            let what = format!("{dir} path #{}", i + 1);
+            if p.hosts.is_empty() {
+                return Err(format!(
+                    "{what}: hosts: give at least one address or prefix"
+                ));
+            }
+            let hosts = p
+                .hosts
+                .iter()
+                .map(|h| Prefix::parse(h).map_err(|e| format!("{what}: hosts: {e}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let delay_ns =
+                parse_duration_ns(&p.delay).map_err(|e| format!("{what}: delay: {e}"))?;
+            if delay_ns > MAX_DELAY_NS {
+                return Err(format!("{what}: delay {} is implausible", fmt_ms(delay_ns)));
+            }
+            paths.push(HostPath { hosts, delay_ns });
+        }
         Ok(DirectionConfig {
             rate: self.rate,
             overhead,
@@ -437,6 +541,7 @@ impl PartialDir {
             reorder: s.reorder.unwrap_or(false),
             queue,
             loss,
+            paths,
         })
     }
 }
@@ -584,6 +689,14 @@ impl DirectionConfig {
             );
         }
         s += &self.loss.describe();
+        for p in &self.paths {
+            let hosts: Vec<String> = p
+                .hosts
+                .iter()
+                .map(|h| format!("{}/{}", h.addr, h.len))
+                .collect();
+            s += &format!(", {} via {}", hosts.join(" "), fmt_ms(p.delay_ns));
+        }
         s
     }
 }

@@ -51,7 +51,9 @@ pub struct Channel {
     backlog: VecDeque<(f64, u32)>,
     backlog_bytes: u64,
     busy_until: f64,
-    last_delivery: f64,
+    /// The latest delivery time so far on the link's own path and on each other path (each
+    /// keeps its order; paths of different delays overtake one another, as in a dumbbell).
+    last_delivery: Vec<f64>,
 }
 
 impl Channel {
@@ -60,6 +62,7 @@ impl Channel {
     pub fn new(cfg: DirectionConfig, outages: Outages, seed: u64, stream: u64) -> Channel {
         let mut jitter = ChaCha8Rng::seed_from_u64(seed);
         jitter.set_stream(100 + stream);
+        let last_delivery = vec![0.0; cfg.paths.len() + 1];
         Channel {
             cfg,
             outages,
@@ -68,7 +71,7 @@ impl Channel {
             backlog: VecDeque::new(),
             backlog_bytes: 0,
             busy_until: 0.0,
-            last_delivery: 0.0,
+            last_delivery,
         }
     }
 
@@ -103,6 +106,38 @@ impl Channel {
 
     /// Offers a frame of `len` bytes arriving at `now` (ns since start).
     pub fn offer(&mut self, now: f64, len: u32) -> Fate {
+        self.offer_on(now, len, None)
+    }
+
+    /// The path (an index in the configuration's `paths`) of an Ethernet frame, from its
+    /// IPv4 or IPv6 addresses; None for the link's own path.
+    pub fn path_of(&self, frame: &[u8]) -> Option<usize> {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        if self.cfg.paths.is_empty() || frame.len() < 14 {
+            return None;
+        }
+        let ip = &frame[14..];
+        let (src, dst) = match u16::from_be_bytes([frame[12], frame[13]]) {
+            0x0800 if ip.len() >= 20 => {
+                let a =
+                    |o: usize| IpAddr::V4(Ipv4Addr::new(ip[o], ip[o + 1], ip[o + 2], ip[o + 3]));
+                (a(12), a(16))
+            }
+            0x86dd if ip.len() >= 40 => {
+                let a = |o: usize| {
+                    let b: [u8; 16] = ip[o..o + 16].try_into().expect("16 bytes");
+                    IpAddr::V6(Ipv6Addr::from(b))
+                };
+                (a(8), a(24))
+            }
+            _ => return None,
+        };
+        self.cfg.path_of(src, dst)
+    }
+
+    /// [`Channel::offer`] for a frame on `path` (None: the link's own path), which takes
+    /// that path's delay after the shared queue.
+    pub fn offer_on(&mut self, now: f64, len: u32, path: Option<usize>) -> Fate {
         while let Some(&(fin, l)) = self.backlog.front() {
             if fin > now {
                 break;
@@ -133,15 +168,20 @@ impl Channel {
         if corrupted {
             return Fate::DropError { queue_ns };
         }
-        let mut at = finish + self.cfg.delay.at(finish);
+        let delay = match path.and_then(|p| self.cfg.paths.get(p)) {
+            Some(p) => p.delay_ns as f64,
+            None => self.cfg.delay.at(finish),
+        };
+        let mut at = finish + delay;
         if self.cfg.jitter_ns > 0 {
             let j = self.cfg.jitter_ns as f64;
             at = (at + self.jitter.gen_range(-j..=j)).max(finish);
         }
+        let lane = path.map_or(0, |p| (p + 1).min(self.last_delivery.len() - 1));
         if !self.cfg.reorder {
-            at = at.max(self.last_delivery);
+            at = at.max(self.last_delivery[lane]);
         }
-        self.last_delivery = self.last_delivery.max(at);
+        self.last_delivery[lane] = self.last_delivery[lane].max(at);
         Fate::Deliver {
             at_ns: at,
             queue_ns,
@@ -165,6 +205,79 @@ mod tests {
         match f {
             Fate::Deliver { at_ns, .. } => at_ns,
             other => panic!("not delivered: {other:?}"),
+        }
+    }
+
+    /// A dumbbell: hosts on another path share the queue (and wait their turn in it) but
+    /// take their own delay after it, so their frames may arrive before frames queued ahead
+    /// of them on the long path; each path keeps its own order.
+    #[test]
+    fn other_paths_share_the_queue_and_take_their_own_delay() {
+        let mut ch = channel(
+            "[both]\nrate='8Mbit'\ndelay='300ms'\nqueue='100p'\n\
+             [[both.path]]\nhosts=['198.18.3.16/28', '2001:2:0:3::10']\ndelay='12ms'\n",
+        );
+        let long = at(ch.offer_on(0.0, 1000, None));
+        let short = at(ch.offer_on(0.0, 1000, Some(0)));
+        let short2 = at(ch.offer_on(0.0, 1000, Some(0)));
+        assert!((long - 301e6).abs() < 1e-3, "{long}");
+        // Serialized second and third (2 and 3 ms), then 12 ms.
+        assert!((short - 14e6).abs() < 1e-3, "{short}");
+        assert!((short2 - 15e6).abs() < 1e-3, "{short2}");
+        // Frames find their path by either address.
+        let frame = |src: [u8; 4], dst: [u8; 4]| {
+            let mut f = vec![0u8; 34];
+            f[12..14].copy_from_slice(&[0x08, 0x00]);
+            f[26..30].copy_from_slice(&src);
+            f[30..34].copy_from_slice(&dst);
+            f
+        };
+        assert_eq!(
+            ch.path_of(&frame([198, 18, 1, 16], [198, 18, 3, 17])),
+            Some(0)
+        );
+        assert_eq!(
+            ch.path_of(&frame([198, 18, 3, 31], [198, 18, 1, 2])),
+            Some(0)
+        );
+        assert_eq!(ch.path_of(&frame([198, 18, 3, 32], [198, 18, 1, 2])), None);
+        assert_eq!(ch.path_of(&frame([198, 18, 1, 2], [198, 18, 3, 2])), None);
+        let mut v6 = vec![0u8; 54];
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        v6[38..54].copy_from_slice(
+            &"2001:2:0:3::10"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        assert_eq!(ch.path_of(&v6), Some(0));
+        assert_eq!(ch.path_of(&v6[..30]), None, "a truncated frame");
+    }
+
+    #[test]
+    fn bad_paths_are_refused_with_what_is_wrong() {
+        for (text, want) in [
+            (
+                "hosts=[]\ndelay='1ms'",
+                "forward path #1: hosts: give at least one",
+            ),
+            (
+                "hosts=['198.18.3.0/33']\ndelay='1ms'",
+                "prefix length must be 0 to 32",
+            ),
+            (
+                "hosts=['nowhere']\ndelay='1ms'",
+                "'nowhere' is not an address",
+            ),
+            (
+                "hosts=['198.18.3.1']\ndelay='soon'",
+                "forward path #1: delay",
+            ),
+        ] {
+            let spec: LinkSpec =
+                toml::from_str(&format!("[both]\nrate='8Mbit'\n[[both.path]]\n{text}\n")).unwrap();
+            let e = spec.resolve().unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
         }
     }
 

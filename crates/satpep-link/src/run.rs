@@ -202,7 +202,10 @@ fn pump(
                     }
                     continue;
                 }
-                match ch.offer(now, frame_len as u32) {
+                let frame = &batch[i]
+                    [crate::socket::VNET_HDR_LEN..lens[i].max(crate::socket::VNET_HDR_LEN)];
+                let path = ch.path_of(frame);
+                match ch.offer_on(now, frame_len as u32, path) {
                     Fate::Deliver { at_ns, queue_ns } => {
                         queue_delays.push((queue_ns / 1e3) as u64);
                         let fresh = pool

@@ -154,6 +154,27 @@ Example:
         #[arg(long, default_value_t = 2)]
         seed: u64,
     },
+    /// One end of the lab's ESP tunnel (internal; `ipsec = true` in a scenario): creates TUN
+    /// device TUN, prints "ready", then carries what the host routes into it to REMOTE as
+    /// ESP (AES-256-GCM) and back, until killed.
+    #[command(hide = true)]
+    Esp {
+        /// TUN device to create.
+        #[arg(long)]
+        tun: String,
+        /// This host's IPv4 address.
+        #[arg(long)]
+        local: std::net::Ipv4Addr,
+        /// The far end's IPv4 address.
+        #[arg(long)]
+        remote: std::net::Ipv4Addr,
+        /// SPI of the packets this end sends (the far end sends SPI xor 1).
+        #[arg(long)]
+        spi: u32,
+        /// 72 hex digits: a 32-byte key and a 4-byte salt, the same at both ends.
+        #[arg(long)]
+        key: String,
+    },
     /// The load benchmark's server half (internal): accepts up to COUNT connections on PORT
     /// and runs the commands read from stdin (accepted, echo, busy, close).
     #[command(hide = true)]
@@ -286,6 +307,19 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
         LabSub::FaultServer { port, seed } => {
             satpep_lab::scenario::kinds::fault::fault_server(port, seed)
         }
+        LabSub::Esp {
+            tun,
+            local,
+            remote,
+            spi,
+            key,
+        } => satpep_lab::esp::run(&satpep_lab::esp::EspEnd {
+            tun,
+            local,
+            remote,
+            spi_out: spi,
+            keymat: satpep_lab::esp::parse_keymat(&key)?,
+        }),
         LabSub::LoadServer { port, count } => {
             satpep_lab::scenario::kinds::connections::load_server(port, count)
         }

@@ -85,6 +85,14 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[[part]]\nname = \"d\"\ndraw = { links = 5, bogus = 1 }\n", "draw: unknown field `bogus`"),
         ("[[sweep]]\nparam = \".\"\nvalues = [1]\n", "each value must be a table"),
         ("[link.forward]\nrate_schedule = \"0 1Mbit; 2 slow\"\n", "rate_schedule: line 2"),
+        ("[statistics]\nbaseline = \"x\"\n", "statistics: needs at least two configurations"),
+        ("[statistics]\nbaseline = \"c\"\n[[config]]\nname = \"a\"\n[[config]]\nname = \"b\"\n", "statistics.baseline: no configuration named 'c' (there are: a, b)"),
+        ("[statistics]\nalpha = 2.0\n[[config]]\nname = \"a\"\n[[config]]\nname = \"b\"\n", "statistics.alpha"),
+        ("[statistics]\nlevel = 2.0\n", "statistics: unknown field `level`"),
+        ("[traffic]\nbackground = { flows = 0, rtt = \"25ms\" }\n", "background.flows = 0: between 1 and 16"),
+        ("[traffic]\nbackground = { flows = 2 }\n", "missing field `rtt`"),
+        ("[traffic]\nbackground = { flows = 2, rtt = \"25ms\", cc = \"warp\" }\n", "background.cc"),
+        ("[link.both]\npath = [{ hosts = [\"198.18.3.0/99\"], delay = \"1ms\" }]\n", "prefix length must be 0 to 32"),
     ];
     for (extra, want) in cases {
         let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);
@@ -691,6 +699,101 @@ fn lab_compare_puts_two_results_directories_side_by_side() {
     assert!(
         !out.status.success() && err.contains("results.json"),
         "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ipsec = true`: the client and server talk through ESP, which the split proxies between
+/// them cannot read, so it passes unsplit (no satellite-leg socket), and the physical limit
+/// counts ESP's bytes; the same transfer in plaintext is split. The report carries the
+/// `[statistics]` tables.
+#[test]
+fn esp_between_the_hosts_passes_the_split_proxies_unsplit() {
+    require_root();
+    let _one = LAB_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tmpdir("esp");
+    let text = format!(
+        "{BASE}[statistics]\nbaseline = \"e2e, ESP\"\n\
+         [[config]]\nname = \"e2e, ESP\"\nipsec = true\n\
+         [[config]]\nname = \"split, ESP\"\nipsec = true\npep = {{ mode = \"split\" }}\n\
+         [[config]]\nname = \"split\"\npep = {{ mode = \"split\" }}\n"
+    );
+    let (ok, _, err) = run_text(&dir, &text, &["--repetitions", "1"]);
+    assert!(ok, "{err}");
+    let out = dir.join("out");
+    let rec = |c: usize| -> serde_json::Value {
+        let t = std::fs::read_to_string(out.join(format!("runs/c{c:04}-r000.json"))).unwrap();
+        serde_json::from_str(&t).unwrap()
+    };
+    let (esp, split_esp, split) = (rec(0), rec(1), rec(2));
+    for (name, r) in [
+        ("e2e, ESP", &esp),
+        ("split, ESP", &split_esp),
+        ("split", &split),
+    ] {
+        let g = r["samples"][0].as_f64().unwrap_or(0.0);
+        assert!(g > 2e6, "{name}: {g} bit/s on a 20 Mbit/s link: {r}");
+        let u = r["utilization"].as_f64().unwrap();
+        assert!(u < 1.0, "{name}: {u} of its limit");
+    }
+    let legs = |r: &serde_json::Value| r["sockets"].as_array().map_or(0, |a| a.len());
+    assert_eq!(legs(&split_esp), 0, "ESP was split: {split_esp}");
+    assert!(legs(&split) > 0, "plaintext was not split");
+    // 1386 of 1506 bytes a frame inside ESP against 1448 of 1514 without.
+    let (le, lp) = (
+        esp["limit_bps"].as_f64().unwrap(),
+        split["limit_bps"].as_f64().unwrap(),
+    );
+    let want = (1386.0 / 1506.0) / (1448.0 / 1514.0);
+    assert!((le / lp - want).abs() < 0.002, "{le} / {lp}, want {want}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("analysis of variance"), "{md}");
+    assert!(md.contains("% improvement over e2e, ESP"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `traffic.background`: the dumbbell's other host pairs cross the same queue on a path of
+/// their own (10 ms RTT beside the link's 400 ms) and bypass the split proxies; on the short
+/// path, each NewReno flow takes far more than the long-path transfer, as RTT unfairness has
+/// it (with one path for all, each would have about a third).
+#[test]
+fn background_flows_share_the_queue_on_a_shorter_path_of_their_own() {
+    require_root();
+    let _one = LAB_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tmpdir("bg");
+    let text = "name = \"t\"\nduration = \"8s\"\nwarmup = \"2s\"\n\
+                [link]\nboth = { rate = \"10Mbit\", delay = \"200ms\", queue = \"100p\" }\n\
+                [hosts.both]\ncc = \"reno\"\n\
+                [traffic]\nbackground = { flows = 2, rtt = \"10ms\", cc = \"reno\" }\n\
+                [pep]\nmode = \"split\"\ncc = \"reno\"\n";
+    let (ok, _, err) = run_text(&dir, text, &["--repetitions", "1"]);
+    assert!(ok, "{err}");
+    let out = dir.join("out");
+    let t = std::fs::read_to_string(out.join("runs/c0000-r000.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let g = r["samples"][0].as_f64().unwrap();
+    let bg: Vec<f64> = r["beside"]["background_bps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap_or(0.0))
+        .collect();
+    assert_eq!(bg.len(), 2, "{r}");
+    for b in &bg {
+        assert!(
+            *b > 2.0 * g,
+            "background {b} against the transfer's {g}: {bg:?}"
+        );
+    }
+    // Still split: the proxies took the transfer, not the background.
+    assert!(
+        r["sockets"].as_array().is_some_and(|a| !a.is_empty()),
+        "{r}"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("background flows (the dumbbell's 2 other host pairs"),
+        "{md}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

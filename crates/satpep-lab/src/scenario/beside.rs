@@ -5,7 +5,7 @@
 
 use super::kinds::bulk::Bulk;
 use crate::http::HttpServer;
-use crate::iperf::{spawn_client, spawn_client_after, Server, UDP_FRAME_OVERHEAD};
+use crate::iperf::{spawn_client, spawn_client_after, spawn_client_to, Server, UDP_FRAME_OVERHEAD};
 use crate::topology::{Host, Lab, SERVER_V4};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -15,6 +15,8 @@ use std::process::{Child, Stdio};
 pub const CROSS_PORT: u16 = 5301;
 /// Port of the competing end-to-end TCP flow's iperf3; the lab's proxies never intercept it.
 pub const COMPETING_PORT: u16 = crate::topology::END_TO_END_PORT;
+/// Port of the first background flow's iperf3 (one port each).
+pub const BACKGROUND_PORT: u16 = 5410;
 /// Payload bytes of each cross-traffic datagram.
 const CROSS_DATAGRAM: u32 = 1200;
 
@@ -55,6 +57,10 @@ pub struct BesideRecord {
     /// Request/responses: seconds each, the first (which also connects) left out.
     #[serde(default)]
     pub responses: Vec<f64>,
+    /// Background flows: each one's goodput after the warm-up, bit/s (NaN where one gave
+    /// no result).
+    #[serde(default)]
+    pub background_bps: Vec<f64>,
     /// The emulator's uptime when the transfer started, s: the clock of the link's rate and
     /// delay traces (a probe sample at t happened at trace time uptime + t).
     #[serde(default)]
@@ -89,6 +95,7 @@ pub struct Beside {
     cross: Option<(Server, Child)>,
     competing: Option<(Server, Child)>,
     requests: Option<(HttpServer, Child, u64)>,
+    background: Vec<(Server, Child)>,
     /// The link's clock, read when this started (just before the bulk transfer's client).
     clock: LinkClock,
     errors: Vec<String>,
@@ -135,6 +142,7 @@ impl Beside {
             cross: None,
             competing: None,
             requests: None,
+            background: Vec::new(),
             clock: LinkClock {
                 uptime0,
                 epoch0: epoch_now(),
@@ -195,6 +203,40 @@ impl Beside {
             match started {
                 Ok(x) => b.competing = Some(x),
                 Err(e) => b.errors.push(format!("competing flow: {e}")),
+            }
+        }
+        if let Some(bg) = &t.background {
+            let download = t.direction == super::kinds::bulk::Direction::Download;
+            for i in 0..bg.flows {
+                let (c, s) = super::kinds::bulk::Background::pair(i);
+                let port = BACKGROUND_PORT + i as u16;
+                let started = lab
+                    .run_in(
+                        Host::Client,
+                        "ip",
+                        &["addr", "replace", &format!("{c}/24"), "dev", "to-term"],
+                    )
+                    .and_then(|_| {
+                        lab.run_in(
+                            Host::Server,
+                            "ip",
+                            &["addr", "replace", &format!("{s}/24"), "dev", "to-gw"],
+                        )
+                    })
+                    .and_then(|_| Server::start(lab, Host::Server, port))
+                    .and_then(|server| {
+                        let mut extra = vec!["-B".to_string(), c.clone()];
+                        if let Some(cc) = &bg.cc {
+                            extra.extend(["-C".into(), cc.clone()]);
+                        }
+                        let run_s = dur.round().max(1.0) as u32;
+                        let child = spawn_client_to(lab, &s, port, run_s, download, &extra, 0.0)?;
+                        Ok((server, child))
+                    });
+                match started {
+                    Ok(x) => b.background.push(x),
+                    Err(e) => b.errors.push(format!("background flow {i}: {e}")),
+                }
             }
         }
         if let Some(size) = &t.requests {
@@ -307,6 +349,21 @@ impl Beside {
                     ));
                 }
             }
+            drop(server);
+        }
+        for (i, (server, c)) in self.background.into_iter().enumerate() {
+            let bps = wait(c).and_then(|out| {
+                let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+                let g = crate::iperf::goodput_after(&crate::iperf::intervals(&v), warmup_s);
+                if g.is_none() {
+                    errors.push(format!(
+                        "background flow {i}: no result ({})",
+                        v["error"].as_str().unwrap_or("iperf3 failed")
+                    ));
+                }
+                g
+            });
+            r.background_bps.push(bps.unwrap_or(f64::NAN));
             drop(server);
         }
         if let Some((server, c, size)) = self.requests {

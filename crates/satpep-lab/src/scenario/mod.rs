@@ -15,6 +15,7 @@ pub mod presets;
 pub mod provenance;
 pub mod report;
 pub mod runner;
+pub mod significance;
 pub mod spec;
 pub mod split_state;
 pub mod stats;

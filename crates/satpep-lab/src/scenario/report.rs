@@ -68,6 +68,12 @@ pub struct CellResult {
     pub cross_loss: Summary,
     /// Competing end-to-end flow: the bulk transfer's share of the two goodputs per run, %.
     pub share: Summary,
+    /// Background flows (the dumbbell's other hosts): their total goodput per run, bit/s.
+    pub background_bps: Summary,
+    /// Background flows: the transfer's share of all goodput per run, % (fair: 100/(N+1)).
+    pub background_share: Summary,
+    /// Background flows: how many.
+    pub background_flows: usize,
     /// Request/responses beside the transfer: median response time per run, s.
     pub response_p50: Summary,
     /// Request/responses: 95th percentile per run, s.
@@ -287,6 +293,34 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 cross_loss: beside_summary(&mine, 0.0, |_, b| {
                     b.cross_loss.map_or(f64::NAN, |l| l * 100.0)
                 }),
+                background_bps: Summary::of(
+                    &mine
+                        .iter()
+                        .filter_map(|r| {
+                            let b = r.beside.as_ref()?;
+                            (!b.background_bps.is_empty()).then(|| b.background_bps.iter().sum())
+                        })
+                        .filter(|v: &f64| v.is_finite())
+                        .collect::<Vec<f64>>(),
+                ),
+                background_share: Summary::of(
+                    &mine
+                        .iter()
+                        .filter_map(|r| {
+                            let b = r.beside.as_ref()?;
+                            let bg: f64 = b.background_bps.iter().sum();
+                            let g = *r.samples.first()?;
+                            (!b.background_bps.is_empty() && bg.is_finite())
+                                .then(|| 100.0 * g / (g + bg).max(1.0))
+                        })
+                        .collect::<Vec<f64>>(),
+                ),
+                background_flows: c
+                    .spec
+                    .traffic
+                    .bulk()
+                    .and_then(|t| t.background.as_ref())
+                    .map_or(0, |b| b.flows as usize),
                 share: Summary::of(
                     &mine
                         .iter()
@@ -948,6 +982,22 @@ fn beside_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Tab
         tables.push((
             "the transfer's share against a competing end-to-end TCP flow (%, 50 = equal)".into(),
             grid(part, res, &|r| plain(&r.share)),
+        ));
+    }
+    if res.iter().any(|r| r.background_flows > 0) {
+        let n = res.iter().map(|r| r.background_flows).max().unwrap_or(0);
+        tables.push((
+            format!(
+                "background flows (the dumbbell's {n} other host pairs, end to end on their own path through the same queue): their total goodput (Mbit/s) / the transfer's share of all goodput (%; an equal share is {:.1})",
+                100.0 / (n as f64 + 1.0)
+            ),
+            grid(part, res, &|r| {
+                format!(
+                    "{} / {}",
+                    fmt_summary(&r.background_bps, 1e6),
+                    plain(&r.background_share)
+                )
+            }),
         ));
     }
     if res.iter().any(|r| r.response_p50.n > 0) {
@@ -1620,6 +1670,13 @@ fn part_section(
     if let Some(t) = targets_table(sc, part, &pres) {
         tables.insert(0, t);
     }
+    tables.extend(super::significance::tables(
+        sc,
+        pi,
+        &pres,
+        runs,
+        (uname, div),
+    ));
     for (title, t) in &tables {
         doc.table(level, title, t);
     }

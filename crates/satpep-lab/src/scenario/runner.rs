@@ -46,14 +46,25 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<Option<f64>, String> {
     let (c, s) = (spec.host(Host::Client), spec.host(Host::Server));
     let mss = c.mss.unwrap_or(HOST_MSS).min(s.mss.unwrap_or(HOST_MSS));
     let ts = c.timestamps.unwrap_or(true) && s.timestamps.unwrap_or(true);
+    if spec.ipsec {
+        // Inside ESP: the TUN device's MTU sets the segment, ESP's own bytes ride on each.
+        let mss = mss.min(crate::esp::INNER_MTU - 40);
+        let extra = crate::esp::overhead(mss + 40);
+        return Ok(Some(tcp_limit_with(dir, mss, ts, extra)));
+    }
     Ok(Some(tcp_limit_in(dir, mss, ts)))
 }
 
 /// Highest TCP goodput one direction of a link carries with segments of `mss` bytes
 /// (`timestamps` take 12 of them): rate × payload/frame × (1 − the frame's mean loss).
 pub fn tcp_limit_in(dir: &DirectionConfig, mss: u32, timestamps: bool) -> f64 {
+    tcp_limit_with(dir, mss, timestamps, 0)
+}
+
+/// [`tcp_limit_in`] with `extra` bytes more on every frame (a tunnel's headers).
+pub fn tcp_limit_with(dir: &DirectionConfig, mss: u32, timestamps: bool, extra: u32) -> f64 {
     let payload = mss as f64 - if timestamps { 12.0 } else { 0.0 };
-    let frame = mss as f64 + 54.0 + dir.overhead as f64;
+    let frame = mss as f64 + 54.0 + extra as f64 + dir.overhead as f64;
     let loss = dir.loss.mean_loss(frame as u32);
     dir.rate.max_bps() * payload / frame * (1.0 - loss)
 }
@@ -254,9 +265,18 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                 true => Some(Capture::start(&lab, &pcap_path(&opts.out, ci, rep))),
                 false => None,
             };
+            let esp = match spec.ipsec {
+                true => {
+                    Some(crate::esp::EspTunnel::start(&lab).map_err(|e| format!("{what}: {e}"))?)
+                }
+                false => None,
+            };
             let result = run_once(&mut lab, spec, ci, rep, limit, &mut |t| {
                 progress.tick(i, &what, t)
             });
+            if let Some(e) = esp {
+                e.stop(&lab);
+            }
             let capture = capture.map(|c| c.map(Capture::stop));
             let mut rec = match result {
                 Ok(r) => r,

@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
 /// Keys of the document that are not part of a cell.
-const META_KEYS: [&str; 11] = [
+const META_KEYS: [&str; 12] = [
     "name",
+    "statistics",
     "targets",
     "title",
     "reproduces",
@@ -110,6 +111,10 @@ pub struct Part {
     /// With `[part.draw]`: the links drawn (its first axis, named by their `name`s).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub drawn: Vec<super::corpus::DrawnLink>,
+    /// With `[part.statistics]`: the analysis of variance over its configurations at each
+    /// sweep point (Lawson 2006's procedure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statistics: Option<super::significance::Statistics>,
 }
 
 /// One sweep axis.
@@ -318,6 +323,11 @@ pub struct CellSpec {
     /// only the CPU limits (what the proxies cost). No physical limit, loss or delay.
     #[serde(default)]
     pub bridge: bool,
+    /// The client and server talk through ESP (IPsec tunnel mode, AES-256-GCM, carried by
+    /// `satpep lab esp`): everything between them, the proxies included, sees only
+    /// protocol 50 (Urke 2011's red/black problem, 000 §5.7). IPv4 only.
+    #[serde(default)]
+    pub ipsec: bool,
     /// With `bridge`: TSO, GSO and tx checksum offload on the routers' link-facing
     /// interfaces (the emulator needs them off).
     #[serde(default)]
@@ -607,7 +617,23 @@ impl CellSpec {
 
     /// The link as the emulator runs it.
     pub fn link_spec(&self) -> Result<LinkSpec, String> {
-        LinkSpec::layered(&[&self.link])
+        let mut l = LinkSpec::layered(&[&self.link])?;
+        // The dumbbell's other hosts: their own path after the shared queue, both ways.
+        if let Some(b) = self.traffic.bulk().and_then(|t| t.background.as_ref()) {
+            use super::kinds::bulk::{BACKGROUND_CLIENTS, BACKGROUND_SERVERS};
+            let path = satpep_link::config::PathSpec {
+                hosts: vec![BACKGROUND_CLIENTS.into(), BACKGROUND_SERVERS.into()],
+                delay: format!("{}us", (b.rtt.secs() * 1e6 / 2.0).round() as u64),
+            };
+            // A direction's own list replaces both's: the path goes into every list in use.
+            l.both.path.get_or_insert_with(Vec::new).push(path.clone());
+            for d in [&mut l.forward, &mut l.ret] {
+                if let Some(p) = &mut d.path {
+                    p.push(path.clone());
+                }
+            }
+        }
+        Ok(l)
     }
 
     /// Checks everything that can be checked before a lab exists.
@@ -774,7 +800,20 @@ impl Scenario {
         let title = take_str(&mut doc, "title")?.unwrap_or_else(|| name.clone());
         let reproduces = take_str(&mut doc, "reproduces")?;
         let notes = take_str(&mut doc, "notes")?;
-        let part_tables: Vec<Table> = take_array(&mut doc, "part")?;
+        let mut part_tables: Vec<Table> = take_array(&mut doc, "part")?;
+        // A scenario-wide [statistics] is each part's unless the part has its own.
+        if let Some(st) = doc.remove("statistics") {
+            match part_tables.is_empty() {
+                true => {
+                    doc.insert("statistics".into(), st);
+                }
+                false => {
+                    for p in &mut part_tables {
+                        p.entry("statistics").or_insert_with(|| st.clone());
+                    }
+                }
+            }
+        }
         let targets = match doc.remove("targets") {
             None => None,
             Some(v) => {
@@ -871,6 +910,13 @@ impl Scenario {
         };
         let configs: Vec<Table> = take_array(&mut own, "config")?;
         let references: Vec<Reference> = take_array(&mut own, "reference")?;
+        let statistics = match own.remove("statistics") {
+            None => None,
+            Some(v) => Some(
+                super::significance::Statistics::deserialize(v)
+                    .map_err(|e| format!("statistics: {}", e.message()))?,
+            ),
+        };
         let mut doc = base.clone();
         merge(&mut doc, &own);
         for a in &axes {
@@ -925,7 +971,11 @@ impl Scenario {
             configs: named.iter().map(|(n, _)| n.clone()).collect(),
             references,
             drawn,
+            statistics,
         };
+        if let Some(st) = &part.statistics {
+            st.check(&part.configs)?;
+        }
         // Sweep points, first axis slowest, so a table's rows come in file order.
         let mut points: Vec<Vec<Value>> = vec![Vec::new()];
         for a in &part.axes {

@@ -68,6 +68,39 @@ pub struct Bulk {
     /// connection through the PEP, each fetching a file of this size, e.g. "1KB".
     #[serde(default)]
     pub requests: Option<Size>,
+    /// End-to-end TCP flows of the dumbbell's other hosts beside the transfer: they share
+    /// the link's queue but take a path of their own (e.g. 25 ms RTT, terrestrial hosts
+    /// near the bottleneck), and no proxy touches them; their goodput and the transfer's
+    /// share of everything are reported.
+    #[serde(default)]
+    pub background: Option<Background>,
+}
+
+/// `traffic.background`: the dumbbell's other host pairs, one flow each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Background {
+    /// Host pairs (flows), 1 to 16.
+    pub flows: u32,
+    /// Their path's round-trip propagation delay (half each way after the shared queue),
+    /// e.g. "25ms".
+    pub rtt: Span,
+    /// Their senders' congestion control (iperf3 -C); default the host's.
+    #[serde(default)]
+    pub cc: Option<String>,
+}
+
+/// The client-side addresses of the background pairs: 198.18.1.16 + i (the server side
+/// 198.18.3.16 + i), in a /28 the proxies never intercept.
+pub const BACKGROUND_CLIENTS: &str = crate::topology::BACKGROUND_NETS[0];
+/// The server side of [`BACKGROUND_CLIENTS`].
+pub const BACKGROUND_SERVERS: &str = crate::topology::BACKGROUND_NETS[1];
+
+impl Background {
+    /// The `i`-th pair's (client, server) addresses.
+    pub fn pair(i: u32) -> (String, String) {
+        (format!("198.18.1.{}", 16 + i), format!("198.18.3.{}", 16 + i))
+    }
 }
 
 fn zero() -> Span {
@@ -87,6 +120,7 @@ impl Default for Bulk {
             competing: false,
             competing_after: zero(),
             requests: None,
+            background: None,
         }
     }
 }
@@ -95,7 +129,11 @@ impl Bulk {
     /// Whether anything runs beside the transfer (probe, cross traffic, a competing flow,
     /// requests).
     pub fn runs_beside(&self) -> bool {
-        self.probe || self.cross_udp.is_some() || self.competing || self.requests.is_some()
+        self.probe
+            || self.cross_udp.is_some()
+            || self.competing
+            || self.requests.is_some()
+            || self.background.is_some()
     }
 }
 
@@ -132,6 +170,19 @@ impl Kind for Bulk {
         }
         if let Some(r) = &self.cross_udp {
             satpep_link::units::parse_rate(r).map_err(|e| format!("cross_udp: {e}"))?;
+        }
+        if let Some(b) = &self.background {
+            check_count("background.flows", b.flows, 1, 16)?;
+            if !(0.0..=10.0).contains(&b.rtt.secs()) {
+                return Err(format!("background.rtt '{}': must be at most 10 s", b.rtt));
+            }
+            if let Some(cc) = &b.cc {
+                crate::scenario::spec::check_cc_name(cc)
+                    .map_err(|e| format!("background.cc: {e}"))?;
+            }
+            if cell.bridge {
+                return Err("background: needs the emulator (not bridge = true): its flows take a path of their own through it".into());
+            }
         }
         Ok(())
     }
@@ -186,7 +237,7 @@ fn run_bulk(
     let start = Instant::now();
     let (mut children, ccs) = start_clients(t, lab, &servers, dur, start, tick)?;
     // iperf3 ends on its own after -t; allow the queue to drain and slow closes.
-    let deadline = start + Duration::from_secs_f64(dur + 30.0);
+    let deadline = start + Duration::from_secs_f64(dur + 30.0 + drain_s(t, spec));
     let mut done = Vec::new();
     for c in children.iter_mut() {
         done.push(match c {
@@ -235,23 +286,7 @@ fn run_bulk(
     // The link as the emulator runs it, resolved once (traces may be files): the limit's
     // rate trace and the probe's delay traces are read from it.
     let cfg = spec.link_spec().and_then(|l| l.resolve());
-    rec.limit_bps = match (limit_bps, &cfg) {
-        (Some(limit_bps), Ok(cfg)) => {
-            let d = if download { &cfg.forward } else { &cfg.ret };
-            // Where the measured span lies on the link's clock.
-            let at_link = beside
-                .clock()
-                .uptime_at_data(data_epoch)
-                .map(|u| u - d.delay.at(u * 1e9) / 1e9);
-            let span = at_link.map(|u0| (u0 + warm, u0 + last_end));
-            Some(limit_over(t, d, limit_bps, span))
-        }
-        (limit_bps, _) => limit_bps,
-    };
-    if rec.failures == 0 {
-        rec.samples.push(goodput);
-        rec.utilization = rec.limit_bps.map(|l| goodput / l);
-    }
+    let clock = beside.clock();
     if t.runs_beside() {
         let base = |u: f64| {
             cfg.as_ref()
@@ -268,6 +303,23 @@ fn run_bulk(
         }
         rec.beside = Some(b);
     }
+    rec.limit_bps = match (limit_bps, &cfg) {
+        (Some(limit_bps), Ok(cfg)) => {
+            let d = if download { &cfg.forward } else { &cfg.ret };
+            // Where the measured span lies on the link's clock.
+            let at_link = clock
+                .uptime_at_data(data_epoch)
+                .map(|u| u - d.delay.at(u * 1e9) / 1e9);
+            let span = at_link.map(|u0| (u0 + warm, u0 + last_end));
+            let cross_loss = rec.beside.as_ref().and_then(|b| b.cross_loss);
+            Some(limit_over(t, d, limit_bps, span, cross_loss))
+        }
+        (limit_bps, _) => limit_bps,
+    };
+    if rec.failures == 0 {
+        rec.samples.push(goodput);
+        rec.utilization = rec.limit_bps.map(|l| goodput / l);
+    }
     if n > 1 {
         rec.jain = Some(jain(
             &flows.iter().map(|f| f.goodput_bps).collect::<Vec<_>>(),
@@ -275,6 +327,33 @@ fn run_bulk(
     }
     rec.flows = flows;
     Ok(())
+}
+
+/// How long what the senders may still hold when iperf3 stops writing takes to cross the
+/// link at its slowest rate: each flow's send buffer (the sending host's `wmem_max`, Linux's
+/// 4 MiB by default), at most 10 minutes. With window scaling on a T1 a flow's buffer holds
+/// over 20 s of data, and iperf3 reports only once it has arrived.
+fn drain_s(t: &Bulk, spec: &CellSpec) -> f64 {
+    const LINUX_WMEM_MAX: f64 = 4_194_304.0;
+    let sender = match t.direction {
+        Direction::Download => Host::Server,
+        Direction::Upload => Host::Client,
+    };
+    let held = t.flows as f64
+        * spec
+            .host(sender)
+            .wmem_max
+            .map_or(LINUX_WMEM_MAX, |w| w.bytes() as f64);
+    let slowest = spec.link_spec().and_then(|l| l.resolve()).ok().map(|c| {
+        match t.direction {
+            Direction::Download => c.forward.rate.min_bps(),
+            Direction::Upload => c.ret.rate.min_bps(),
+        }
+    });
+    match slowest {
+        Some(r) if r > 0.0 && !spec.bridge => (held * 8.0 / r).min(600.0),
+        _ => 0.0,
+    }
 }
 
 /// Starts one iperf3 client per server that came up, `stagger` apart from `start`: the
@@ -418,19 +497,26 @@ fn all_between(flows: &[FlowRecord], from: f64) -> Option<(f64, f64)> {
 
 /// The physical limit `limit_bps` (at the direction's peak rate) over the measured span
 /// (`span`, s on the link's clock, when known): a rate trace's mean over it, less what
-/// constant-rate cross traffic takes first ([`cross_frame_bps`]).
+/// constant-rate cross traffic delivered ([`cross_frame_bps`] less its loss `cross_loss`:
+/// datagrams a full queue dropped left their share to TCP, which can take it).
 fn limit_over(
     t: &Bulk,
     d: &satpep_link::config::DirectionConfig,
     limit_bps: f64,
     span: Option<(f64, f64)>,
+    cross_loss: Option<f64>,
 ) -> f64 {
-    let limit_bps = match span {
-        Some((a, b)) => limit_bps * d.rate.mean_bps(a * 1e9, b * 1e9) / d.rate.max_bps(),
-        None => limit_bps,
+    let rate = match span {
+        Some((a, b)) => d.rate.mean_bps(a * 1e9, b * 1e9),
+        None => d.rate.max_bps(),
     };
+    let limit_bps = limit_bps * rate / d.rate.max_bps();
     match t.cross_udp.as_deref().map(satpep_link::units::parse_rate) {
-        Some(Ok(cross)) => limit_bps * (1.0 - cross_frame_bps(cross) / d.rate.max_bps()).max(0.0),
+        Some(Ok(cross)) => {
+            let lost = cross_loss.unwrap_or(0.0).clamp(0.0, 1.0);
+            let delivered = cross_frame_bps(cross) * (1.0 - lost);
+            limit_bps * (1.0 - delivered / rate).max(0.0)
+        }
         _ => limit_bps,
     }
 }
@@ -439,6 +525,52 @@ fn limit_over(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Beside UDP the limit is what the UDP's delivered frames leave of the link's mean rate
+    /// over the span: its dropped datagrams leave their share to TCP (which made a run read
+    /// 116 % of a limit that assumed every datagram delivered), and a rate step halves what
+    /// the link has besides.
+    /// The wait for iperf3 after its run grows with what the senders may hold over the
+    /// slowest rate: a T1 with Linux's 4 MiB send buffers needs 21.7 s a flow more.
+    #[test]
+    fn the_wait_for_iperf3_counts_the_send_buffers_over_the_link() {
+        let cell = |extra: &str| {
+            let sc = crate::scenario::spec::Scenario::parse(
+                &format!("name = \"t\"\nlink = {{ both = {{ rate = \"1.544Mbit\" }} }}\n{extra}"),
+                false,
+            )
+            .unwrap();
+            sc.cells[0].spec.clone()
+        };
+        let t = |c: &CellSpec| c.traffic.bulk().unwrap().clone();
+        let one = cell("");
+        let d = drain_s(&t(&one), &one);
+        assert!((d - 4_194_304.0 * 8.0 / 1.544e6).abs() < 0.01, "{d}");
+        let two = cell("[traffic]\nflows = 2\n[hosts.server]\nwmem_max = \"64KB\"\n");
+        let d = drain_s(&t(&two), &two);
+        assert!((d - 2.0 * 64e3 * 8.0 / 1.544e6).abs() < 0.01, "{d}");
+        let bridged = cell("bridge = true\n");
+        assert_eq!(drain_s(&t(&bridged), &bridged), 0.0);
+    }
+
+    #[test]
+    fn the_limit_beside_udp_counts_what_the_udp_delivered() {
+        let spec: satpep_link::config::LinkSpec = toml::from_str(
+            "[both]\nrate='10Mbit'\n[forward]\nrate_schedule='0 10Mbit; 10 5Mbit'\n",
+        )
+        .unwrap();
+        let d = spec.resolve().unwrap().forward;
+        let t: Bulk = toml::from_str("cross_udp = '2Mbit'").unwrap();
+        let full = 9.0e6;
+        let udp = cross_frame_bps(2e6);
+        let all = limit_over(&t, &d, full, Some((0.0, 10.0)), Some(0.0));
+        assert!((all - full * (1.0 - udp / 10e6)).abs() < 1.0, "{all}");
+        let half_lost = limit_over(&t, &d, full, Some((0.0, 10.0)), Some(0.5));
+        assert!((half_lost - full * (1.0 - 0.5 * udp / 10e6)).abs() < 1.0, "{half_lost}");
+        // Over 10-20 s the link runs at 5 Mbit/s: the UDP takes twice the share.
+        let slow = limit_over(&t, &d, full, Some((10.0, 20.0)), Some(0.0));
+        assert!((slow - full * 0.5 * (1.0 - udp / 5e6)).abs() < 1.0, "{slow}");
+    }
 
     fn flow(start_s: f64, series: &[(f64, u64)]) -> FlowRecord {
         FlowRecord {
