@@ -91,8 +91,8 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[statistics]\nlevel = 2.0\n", "statistics: unknown field `level`"),
         ("[traffic]\nbackground = { flows = 0, rtt = \"25ms\" }\n", "background.flows = 0: between 1 and 16"),
         ("[traffic]\nbackground = { flows = 2 }\n", "missing field `rtt`"),
-        ("[traffic]\nbackground = { flows = 2, rtt = \"25ms\", cc = \"warp\" }\n", "background.cc"),
-        ("[link.both]\npath = [{ hosts = [\"198.18.3.0/99\"], delay = \"1ms\" }]\n", "prefix length must be 0 to 32"),
+        ("[traffic]\nbackground = { flows = 2, rtt = \"25ms\", cc = \"no such cc!\" }\n", "background.cc"),
+        ("[[link.forward.path]]\nhosts = [\"198.18.3.0/99\"]\ndelay = \"1ms\"\n", "forward path #1: hosts: '198.18.3.0/99': the prefix length must be 0 to 32"),
     ];
     for (extra, want) in cases {
         let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);

@@ -137,8 +137,9 @@ pub fn analyse(groups: &[Vec<f64>], baseline: usize, alpha: f64) -> Analysis {
         letters: Vec::new(),
         improvement,
     };
-    // Configurations without observations (every run failed) take no part in the tests.
-    let live: Vec<usize> = (0..k).filter(|&i| n[i] > 0).collect();
+    // Configurations with fewer than two observations (runs that failed) take no part in
+    // the tests: a variance needs two.
+    let live: Vec<usize> = (0..k).filter(|&i| n[i] >= 2).collect();
     if live.len() < 2 {
         return a;
     }
@@ -585,12 +586,18 @@ mod tests {
     }
 
     #[test]
-    fn failed_configurations_take_no_part_and_one_run_gives_no_interval() {
-        let g = vec![vec![10.0, 11.0, 9.0], vec![], vec![20.0, 21.0, 19.0]];
+    fn configurations_with_under_two_runs_take_no_part_and_one_run_gives_no_interval() {
+        let g = vec![
+            vec![10.0, 11.0, 9.0],
+            vec![],
+            vec![20.0, 21.0, 19.0],
+            vec![15.0],
+        ];
         let a = analyse(&g, 0, 0.05);
-        assert_eq!(a.letters[1], "");
-        assert!(a.anova.is_some());
+        assert_eq!((a.letters[1].as_str(), a.letters[3].as_str()), ("", ""));
+        assert_eq!(a.anova.unwrap().df, (1.0, 4.0), "only the groups of two or more");
         assert!(a.improvement[1].is_none());
+        assert!((a.improvement[3].unwrap().pct - 50.0).abs() < 1e-9);
         let one = analyse(&[vec![10.0], vec![12.0]], 0, 0.05);
         assert!(one.anova.is_none());
         let i = one.improvement[1].unwrap();
