@@ -237,9 +237,12 @@ fn inbound(
         }
         let mut esp = pkt[ihl..n].to_vec();
         match open(k_in, salt_in, spi_in, &mut esp) {
-            Ok(inner) => tun_w
-                .write_all(&inner)
-                .map_err(|e| format!("esp: write to the TUN device: {e}"))?,
+            // EIO: the device is not up yet (the far end started first and its host
+            // already sends); the packet is lost as on a link that is down.
+            Ok(inner) => match tun_w.write_all(&inner) {
+                Err(e) if e.raw_os_error() == Some(libc::EIO) => refused += 1,
+                r => r.map_err(|e| format!("esp: write to the TUN device: {e}"))?,
+            },
             Err(e) => {
                 refused += 1;
                 if refused == 1 || refused % 1000 == 0 {

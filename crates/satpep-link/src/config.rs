@@ -51,6 +51,7 @@ pub struct DirectionSpec {
     /// Other paths through the same queue: frames to or from these hosts take their own
     /// propagation delay after the shared bottleneck (a dumbbell: hosts near the bottleneck
     /// sharing it with the satellite's users). Replaced as a whole by a later layer.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<Vec<PathSpec>>,
     /// Loss processes, one key each (`ber`, `per`, `gilbert`, …: see [`crate::loss`]).
     #[serde(flatten)]

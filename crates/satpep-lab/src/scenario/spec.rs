@@ -326,7 +326,8 @@ pub struct CellSpec {
     /// The client and server talk through ESP (IPsec tunnel mode, AES-256-GCM, carried by
     /// `satpep lab esp`): everything between them, the proxies included, sees only
     /// protocol 50 (Urke 2011's red/black problem, 000 §5.7). IPv4 only.
-    #[serde(default)]
+    // Left out of plans when off, so results directories made before it existed resume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ipsec: bool,
     /// With `bridge`: TSO, GSO and tx checksum offload on the routers' link-facing
     /// interfaces (the emulator needs them off).

@@ -72,7 +72,7 @@ pub struct Bulk {
     /// the link's queue but take a path of their own (e.g. 25 ms RTT, terrestrial hosts
     /// near the bottleneck), and no proxy touches them; their goodput and the transfer's
     /// share of everything are reported.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub background: Option<Background>,
 }
 
