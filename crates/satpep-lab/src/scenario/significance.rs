@@ -595,7 +595,11 @@ mod tests {
         ];
         let a = analyse(&g, 0, 0.05);
         assert_eq!((a.letters[1].as_str(), a.letters[3].as_str()), ("", ""));
-        assert_eq!(a.anova.unwrap().df, (1.0, 4.0), "only the groups of two or more");
+        assert_eq!(
+            a.anova.unwrap().df,
+            (1.0, 4.0),
+            "only the groups of two or more"
+        );
         assert!(a.improvement[1].is_none());
         assert!((a.improvement[3].unwrap().pct - 50.0).abs() < 1e-9);
         let one = analyse(&[vec![10.0], vec![12.0]], 0, 0.05);
