@@ -6,7 +6,7 @@ use super::{check_count, one, Kind};
 use crate::iperf::{spawn_client, Server};
 use crate::scenario::beside::{cross_frame_bps, Beside};
 use crate::scenario::spec::{CellSpec, Metric, Size, Span};
-use crate::scenario::traffic::{jain, wait_child, watch_first_data, FlowRecord, RunRecord};
+use crate::scenario::traffic::{jain, watch_first_data, FlowRecord, RunRecord};
 use crate::topology::{Host, Lab};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -241,7 +241,7 @@ fn run_bulk(
     let mut done = Vec::new();
     for c in children.iter_mut() {
         done.push(match c {
-            Some(ch) => Some(wait_child(ch, deadline, start, tick)?),
+            Some(ch) => Some(wait_draining(lab, ch, deadline, start, download, tick)?),
             None => None,
         });
     }
@@ -327,6 +327,57 @@ fn run_bulk(
     }
     rec.flows = flows;
     Ok(())
+}
+
+/// Waits for an iperf3 client until `deadline`, and past it for as long as the link still delivers the transfer's
+/// direction at 5 kB/s or more (at most 10 minutes more): a sender that lost much of a full
+/// buffer drains it at what its loss recovery leaves (WS without SACK on a T1: 146 kbit/s, four
+/// minutes for 4 MiB), and iperf3 reports only once it has.
+fn wait_draining(
+    lab: &Lab,
+    child: &mut Child,
+    deadline: Instant,
+    start: Instant,
+    download: bool,
+    tick: &mut dyn FnMut(f64),
+) -> Result<bool, String> {
+    const STILL_MOVING: u64 = 10_000; // bytes per check
+    const EVERY: Duration = Duration::from_secs(2);
+    let cap = deadline + Duration::from_secs(600);
+    let delivered = || {
+        lab.link_stats().ok().map(|s| match download {
+            true => s.forward.delivered_bytes,
+            false => s.ret.delivered_bytes,
+        })
+    };
+    let mut seen = (Instant::now(), delivered());
+    let mut last_tick = Instant::now();
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return Ok(true);
+        }
+        if crate::interrupted() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("interrupted".into());
+        }
+        let now = Instant::now();
+        if now > deadline && now.duration_since(seen.0) >= EVERY {
+            let d = delivered();
+            let moving = matches!((seen.1, d), (Some(a), Some(b)) if b >= a + STILL_MOVING);
+            seen = (now, d);
+            if !moving || now > cap {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(false);
+            }
+        }
+        if last_tick.elapsed() >= Duration::from_secs(1) {
+            last_tick = Instant::now();
+            tick(start.elapsed().as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// How long what the senders may still hold when iperf3 stops writing takes to cross the
