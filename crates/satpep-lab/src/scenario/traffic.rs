@@ -530,6 +530,18 @@ pub(crate) fn wait_child(
     start: Instant,
     tick: &mut dyn FnMut(f64),
 ) -> Result<bool, String> {
+    wait_child_past(child, deadline, start, tick, &mut |_| false)
+}
+
+/// [`wait_child`], but past `deadline` it waits on for as long as `more(now)` says so
+/// (asked about every 50 ms); killed once it says no.
+pub(crate) fn wait_child_past(
+    child: &mut Child,
+    deadline: Instant,
+    start: Instant,
+    tick: &mut dyn FnMut(f64),
+    more: &mut dyn FnMut(Instant) -> bool,
+) -> Result<bool, String> {
     let mut last = Instant::now();
     loop {
         if let Ok(Some(_)) = child.try_wait() {
@@ -540,7 +552,8 @@ pub(crate) fn wait_child(
             let _ = child.wait();
             return Err("interrupted".into());
         }
-        if Instant::now() > deadline {
+        let now = Instant::now();
+        if now > deadline && !more(now) {
             let _ = child.kill();
             let _ = child.wait();
             return Ok(false);

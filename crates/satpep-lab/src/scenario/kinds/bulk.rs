@@ -6,7 +6,9 @@ use super::{check_count, one, Kind};
 use crate::iperf::{spawn_client, Server};
 use crate::scenario::beside::{cross_frame_bps, Beside};
 use crate::scenario::spec::{CellSpec, Metric, Size, Span};
-use crate::scenario::traffic::{jain, watch_first_data, FlowRecord, RunRecord};
+use crate::scenario::traffic::{
+    jain, wait_child_past, watch_first_data, FlowRecord, RunRecord,
+};
 use crate::topology::{Host, Lab};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -329,10 +331,10 @@ fn run_bulk(
     Ok(())
 }
 
-/// Waits for an iperf3 client until `deadline`, and past it for as long as the link still delivers the transfer's
-/// direction at 5 kB/s or more (at most 10 minutes more): a sender that lost much of a full
-/// buffer drains it at what its loss recovery leaves (WS without SACK on a T1: 146 kbit/s, four
-/// minutes for 4 MiB), and iperf3 reports only once it has.
+/// Waits for an iperf3 client until `deadline`, and past it for as long as the link still
+/// delivers the transfer's direction at 5 kB/s or more (at most 10 minutes more): a sender
+/// that lost much of a full buffer drains it at what its loss recovery leaves (WS without
+/// SACK on a T1: 146 kbit/s, four minutes for 4 MiB), and iperf3 reports only once it has.
 fn wait_draining(
     lab: &Lab,
     child: &mut Child,
@@ -351,33 +353,15 @@ fn wait_draining(
         })
     };
     let mut seen = (Instant::now(), delivered());
-    let mut last_tick = Instant::now();
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            return Ok(true);
+    wait_child_past(child, deadline, start, tick, &mut |now| {
+        if now.duration_since(seen.0) < EVERY {
+            return true;
         }
-        if crate::interrupted() {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err("interrupted".into());
-        }
-        let now = Instant::now();
-        if now > deadline && now.duration_since(seen.0) >= EVERY {
-            let d = delivered();
-            let moving = matches!((seen.1, d), (Some(a), Some(b)) if b >= a + STILL_MOVING);
-            seen = (now, d);
-            if !moving || now > cap {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Ok(false);
-            }
-        }
-        if last_tick.elapsed() >= Duration::from_secs(1) {
-            last_tick = Instant::now();
-            tick(start.elapsed().as_secs_f64());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        let d = delivered();
+        let moving = matches!((seen.1, d), (Some(a), Some(b)) if b >= a + STILL_MOVING);
+        seen = (now, d);
+        moving && now <= cap
+    })
 }
 
 /// How long what the senders may still hold when iperf3 stops writing takes to cross the
