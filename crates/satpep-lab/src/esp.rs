@@ -46,8 +46,13 @@ pub const TABLE: u32 = 50;
 /// outer IP header, SPI and sequence number, IV, padding to four bytes with its length and
 /// next-header bytes, and the tag.
 pub fn overhead(inner: u32) -> u32 {
-    let pad = (4 - (inner as usize + 2) % 4) % 4;
-    (OUTER_IP + ESP_HEADER + ESP_IV + pad + 2 + ESP_ICV) as u32
+    (OUTER_IP + ESP_HEADER + ESP_IV + padding(inner as usize) + 2 + ESP_ICV) as u32
+}
+
+/// Padding bytes after an inner packet of `len` bytes, so that it and the two trailer bytes
+/// end on four bytes.
+fn padding(len: usize) -> usize {
+    (4 - (len + 2) % 4) % 4
 }
 
 /// One end's settings.
@@ -83,7 +88,7 @@ fn nonce(salt: &[u8], seq: u64) -> Nonce {
 /// outer IP header, which the kernel adds): SPI, sequence number, IV, ciphertext, tag. The
 /// sequence number's 32 low bits go on the wire; all 64 make the IV, so nonces never repeat.
 pub fn seal(k: &LessSafeKey, salt: &[u8], spi: u32, seq: u64, inner: &[u8]) -> Vec<u8> {
-    let pad = (4 - (inner.len() + 2) % 4) % 4;
+    let pad = padding(inner.len());
     let mut out = Vec::with_capacity(ESP_HEADER + ESP_IV + inner.len() + pad + 2 + ESP_ICV);
     out.extend_from_slice(&spi.to_be_bytes());
     out.extend_from_slice(&(seq as u32).to_be_bytes());
@@ -334,7 +339,7 @@ impl EspTunnel {
             let words: Vec<&str> = default.split_whitespace().collect();
             let mut args = vec!["route", "add", remote, "dev", TUN];
             for w in words.windows(2) {
-                if ["initcwnd", "initrwnd", "quickack", "advmss"].contains(&w[0]) {
+                if crate::scenario::hosts::ROUTE_ATTRS.contains(&w[0]) {
                     args.extend_from_slice(w);
                 }
             }
@@ -343,13 +348,17 @@ impl EspTunnel {
         Ok(t)
     }
 
-    /// Stops both ends and removes their routing (their TUN devices go with them).
-    pub fn stop(mut self, lab: &crate::topology::Lab) {
-        for c in &mut self.ends {
+    /// Ends both processes (their TUN devices, and the routes into them, go with them).
+    fn kill(&mut self) {
+        for mut c in self.ends.drain(..) {
             let _ = c.kill();
             let _ = c.wait();
         }
-        self.ends.clear();
+    }
+
+    /// Stops both ends and removes their routing (their TUN devices go with them).
+    pub fn stop(mut self, lab: &crate::topology::Lab) {
+        self.kill();
         for host in [crate::topology::Host::Client, crate::topology::Host::Server] {
             let mark = format!("{MARK:#x}");
             let table = TABLE.to_string();
@@ -367,10 +376,7 @@ impl EspTunnel {
 
 impl Drop for EspTunnel {
     fn drop(&mut self) {
-        for c in &mut self.ends {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kill();
     }
 }
 

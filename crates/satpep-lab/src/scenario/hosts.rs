@@ -19,7 +19,7 @@ const SYSCTLS: [&str; 6] = [
 ];
 
 /// Route attributes this module manages (each takes one value).
-const ROUTE_ATTRS: [&str; 4] = ["initcwnd", "initrwnd", "advmss", "quickack"];
+pub(crate) const ROUTE_ATTRS: [&str; 4] = ["initcwnd", "initrwnd", "advmss", "quickack"];
 
 /// Applies [`HostTcp`] settings, remembering each namespace's original values.
 #[derive(Default)]
