@@ -8,6 +8,7 @@ use crate::loss::{LossConfig, LossSpec};
 use crate::presets;
 use crate::trace::Trace;
 use crate::units::{fmt_ms, fmt_rate, parse_duration_ns, parse_queue, parse_rate, QueueSpec};
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -75,59 +76,32 @@ pub struct PathSpec {
     pub delay: String,
 }
 
-/// An address prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Prefix {
-    /// The address.
-    pub addr: std::net::IpAddr,
-    /// Its prefix length.
-    pub len: u8,
-}
-
-impl Prefix {
-    /// Parses "198.18.3.16/28" or a bare address (a host prefix).
-    pub fn parse(s: &str) -> Result<Prefix, String> {
-        let (a, l) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let addr: std::net::IpAddr = a
-            .trim()
-            .parse()
-            .map_err(|_| format!("'{s}' is not an address or prefix"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            None => max,
-            Some(l) => match l.trim().parse::<u8>() {
-                Ok(n) if n <= max => n,
-                _ => return Err(format!("'{s}': the prefix length must be 0 to {max}")),
-            },
-        };
-        Ok(Prefix { addr, len })
-    }
-
-    /// Whether `a` lies in this prefix.
-    pub fn contains(&self, a: std::net::IpAddr) -> bool {
-        use std::net::IpAddr::{V4, V6};
-        match (self.addr, a) {
-            (V4(p), V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - self.len as u32).unwrap_or(0);
-                u32::from(p) & mask == u32::from(a) & mask
-            }
-            (V6(p), V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - self.len as u32).unwrap_or(0);
-                u128::from(p) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
+/// Parses "198.18.3.16/28" or a bare address (a host prefix), naming what is wrong.
+pub fn parse_prefix(s: &str) -> Result<IpNet, String> {
+    let (a, l) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let addr: std::net::IpAddr = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not an address or prefix"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let len = match l {
+        None => max,
+        Some(l) => match l.trim().parse::<u8>() {
+            Ok(n) if n <= max => n,
+            _ => return Err(format!("'{s}': the prefix length must be 0 to {max}")),
+        },
+    };
+    Ok(IpNet::new(addr, len).expect("a length checked against the family"))
 }
 
 /// One other path through a direction's queue, resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostPath {
     /// Frames to or from these take the path.
-    pub hosts: Vec<Prefix>,
+    pub hosts: Vec<IpNet>,
     /// Its one-way propagation delay, ns.
     pub delay_ns: u64,
 }
@@ -387,7 +361,7 @@ impl DirectionConfig {
     pub fn path_of(&self, src: std::net::IpAddr, dst: std::net::IpAddr) -> Option<usize> {
         self.paths
             .iter()
-            .position(|p| p.hosts.iter().any(|h| h.contains(src) || h.contains(dst)))
+            .position(|p| p.hosts.iter().any(|h| h.contains(&src) || h.contains(&dst)))
     }
 }
 
@@ -525,7 +499,7 @@ impl PartialDir {
             let hosts = p
                 .hosts
                 .iter()
-                .map(|h| Prefix::parse(h).map_err(|e| format!("{what}: hosts: {e}")))
+                .map(|h| parse_prefix(h).map_err(|e| format!("{what}: hosts: {e}")))
                 .collect::<Result<Vec<_>, _>>()?;
             let delay_ns =
                 parse_duration_ns(&p.delay).map_err(|e| format!("{what}: delay: {e}"))?;
@@ -691,11 +665,7 @@ impl DirectionConfig {
         }
         s += &self.loss.describe();
         for p in &self.paths {
-            let hosts: Vec<String> = p
-                .hosts
-                .iter()
-                .map(|h| format!("{}/{}", h.addr, h.len))
-                .collect();
+            let hosts: Vec<String> = p.hosts.iter().map(IpNet::to_string).collect();
             s += &format!(", {} via {}", hosts.join(" "), fmt_ms(p.delay_ns));
         }
         s
