@@ -336,33 +336,25 @@ impl Beside {
             }
             drop(server);
         }
-        if let Some((server, c)) = self.competing {
-            if let Some(out) = wait(c) {
-                let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-                // After the warm-up, the last interval left out as for the bulk flows.
-                r.competing_bps =
-                    crate::iperf::goodput_after(&crate::iperf::intervals(&v), warmup_s);
-                if r.competing_bps.is_none() {
-                    errors.push(format!(
-                        "competing flow: no result ({})",
-                        v["error"].as_str().unwrap_or("iperf3 failed")
-                    ));
-                }
+        // An iperf3 TCP client's goodput after the warm-up, the last interval left out as
+        // for the bulk flows; a missing result is an error naming `what`.
+        let mut goodput = |out: std::process::Output, what: &str| {
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            let g = crate::iperf::goodput_after(&crate::iperf::intervals(&v), warmup_s);
+            if g.is_none() {
+                errors.push(format!(
+                    "{what}: no result ({})",
+                    v["error"].as_str().unwrap_or("iperf3 failed")
+                ));
             }
+            g
+        };
+        if let Some((server, c)) = self.competing {
+            r.competing_bps = wait(c).and_then(|out| goodput(out, "competing flow"));
             drop(server);
         }
         for (i, (server, c)) in self.background.into_iter().enumerate() {
-            let bps = wait(c).and_then(|out| {
-                let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-                let g = crate::iperf::goodput_after(&crate::iperf::intervals(&v), warmup_s);
-                if g.is_none() {
-                    errors.push(format!(
-                        "background flow {i}: no result ({})",
-                        v["error"].as_str().unwrap_or("iperf3 failed")
-                    ));
-                }
-                g
-            });
+            let bps = wait(c).and_then(|out| goodput(out, &format!("background flow {i}")));
             r.background_bps.push(bps.unwrap_or(f64::NAN));
             drop(server);
         }
