@@ -296,22 +296,15 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 background_bps: Summary::of(
                     &mine
                         .iter()
-                        .filter_map(|r| {
-                            let b = r.beside.as_ref()?;
-                            (!b.background_bps.is_empty()).then(|| b.background_bps.iter().sum())
-                        })
-                        .filter(|v: &f64| v.is_finite())
+                        .filter_map(|r| background_total(r))
                         .collect::<Vec<f64>>(),
                 ),
                 background_share: Summary::of(
                     &mine
                         .iter()
                         .filter_map(|r| {
-                            let b = r.beside.as_ref()?;
-                            let bg: f64 = b.background_bps.iter().sum();
-                            let g = *r.samples.first()?;
-                            (!b.background_bps.is_empty() && bg.is_finite())
-                                .then(|| 100.0 * g / (g + bg).max(1.0))
+                            let (bg, g) = (background_total(r)?, *r.samples.first()?);
+                            Some(100.0 * g / (g + bg).max(1.0))
                         })
                         .collect::<Vec<f64>>(),
                 ),
@@ -363,6 +356,14 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
 }
 
 /// A figure of split runs' held records, one per run that has one.
+/// Background flows' total goodput in run `r`, bit/s (None without them, or where one gave
+/// no result).
+fn background_total(r: &RunRecord) -> Option<f64> {
+    let b = &r.beside.as_ref()?.background_bps;
+    let total: f64 = b.iter().sum();
+    (!b.is_empty() && total.is_finite()).then_some(total)
+}
+
 fn held_summary(
     runs: &[&RunRecord],
     f: impl Fn(&crate::scenario::split_state::HeldRecord) -> f64,
