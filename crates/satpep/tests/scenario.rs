@@ -703,6 +703,12 @@ fn lab_compare_puts_two_results_directories_side_by_side() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The saved record of cell `c`'s first run in results directory `out`.
+fn first_run(out: &Path, c: usize) -> serde_json::Value {
+    let t = std::fs::read_to_string(out.join(format!("runs/c{c:04}-r000.json"))).unwrap();
+    serde_json::from_str(&t).unwrap()
+}
+
 /// `ipsec = true`: the client and server talk through ESP, which the split proxies between
 /// them cannot read, so it passes unsplit (no satellite-leg socket), and the physical limit
 /// counts ESP's bytes; the same transfer in plaintext is split. The report carries the
@@ -721,11 +727,7 @@ fn esp_between_the_hosts_passes_the_split_proxies_unsplit() {
     let (ok, _, err) = run_text(&dir, &text, &["--repetitions", "1"]);
     assert!(ok, "{err}");
     let out = dir.join("out");
-    let rec = |c: usize| -> serde_json::Value {
-        let t = std::fs::read_to_string(out.join(format!("runs/c{c:04}-r000.json"))).unwrap();
-        serde_json::from_str(&t).unwrap()
-    };
-    let (esp, split_esp, split) = (rec(0), rec(1), rec(2));
+    let (esp, split_esp, split) = (first_run(&out, 0), first_run(&out, 1), first_run(&out, 2));
     for (name, r) in [
         ("e2e, ESP", &esp),
         ("split, ESP", &split_esp),
@@ -769,8 +771,7 @@ fn background_flows_share_the_queue_on_a_shorter_path_of_their_own() {
     let (ok, _, err) = run_text(&dir, text, &["--repetitions", "1"]);
     assert!(ok, "{err}");
     let out = dir.join("out");
-    let t = std::fs::read_to_string(out.join("runs/c0000-r000.json")).unwrap();
-    let r: serde_json::Value = serde_json::from_str(&t).unwrap();
+    let r = first_run(&out, 0);
     let g = r["samples"][0].as_f64().unwrap();
     let bg: Vec<f64> = r["beside"]["background_bps"]
         .as_array()
