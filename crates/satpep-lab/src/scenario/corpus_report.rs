@@ -10,6 +10,25 @@ use super::report::{queue_bound_ms, CellResult, Table};
 use super::spec::Scenario;
 use super::traffic::RunRecord;
 
+/// The start-up target's initial window, segments (RFC 6928's): the slow-start bound counts
+/// the doublings from it to the path's BDP.
+const INITIAL_WINDOW: f64 = 10.0;
+
+/// The segment the bound's BDP is counted in, bytes (a 1500-byte MTU with timestamps).
+const SEGMENT: f64 = 1448.0;
+
+/// The start-up target's bound (issue 39), s after the first data arrived: the slow-start
+/// bound, log2(BDP ÷ initial window) round trips, plus three; plus one round trip and one
+/// second for how it is read. The time it is compared with is the end of a one-second
+/// interval, and iperf3's receiver starts its intervals at its test's start, which in an
+/// upload is a round trip before the sender's first data (a download's receiver is the
+/// client, which starts it as the data leaves).
+pub fn start_bound_s(limit_bps: f64, rtt_ms: f64) -> f64 {
+    let bdp = limit_bps * rtt_ms / 1e3 / 8.0 / SEGMENT;
+    let rounds = (bdp / INITIAL_WINDOW).log2().max(0.0) + 3.0 + 1.0;
+    rounds * rtt_ms / 1e3 + 1.0
+}
+
 /// A transfer that delivers nothing for this long after the warm-up, or for three base RTTs
 /// if that is longer (a retransmission timeout on a lossy long path is not a stall), stalled.
 const STALL_S: f64 = 2.0;
@@ -39,6 +58,10 @@ pub struct LinkFigure {
     pub competitor_keeps: Option<f64>,
     /// Runs that failed, arrived short or stalled (no byte for a second after the warm-up).
     pub troubles: Vec<String>,
+    /// A lone transfer (no competing flow): when it first delivered 90 % of the limit in a
+    /// second, the latest over the runs (None: a run never did), and the start-up bound
+    /// ([`start_bound_s`]), s after the first byte.
+    pub start: Option<(Option<f64>, f64)>,
 }
 
 impl LinkFigure {
@@ -124,6 +147,16 @@ pub fn figures(
                 }
             }
         }
+        let starts: Vec<Option<f64>> = cell_runs
+            .iter()
+            .filter_map(|x| x.start.as_ref().map(|s| s.reached_90_s))
+            .collect();
+        let limits: Vec<f64> = cell_runs.iter().filter_map(|x| x.limit_bps).collect();
+        let start = (!starts.is_empty() && !limits.is_empty()).then(|| {
+            let latest = starts.iter().try_fold(0.0f64, |a, s| s.map(|s| a.max(s)));
+            let rtt = super::report::base_rtt_ms(sc, r.cell);
+            (latest, start_bound_s(mean(&limits), rtt))
+        });
         let q = if r.queue_p95_steady.n > 0 {
             &r.queue_p95_steady
         } else {
@@ -139,6 +172,7 @@ pub fn figures(
             share: (r.share.n > 0).then_some(r.share.mean),
             competitor_keeps,
             troubles,
+            start,
         });
     }
     out
@@ -207,6 +241,9 @@ struct Over {
     /// Beside a competing flow: what the competitor kept of its figure beside its own kind.
     keeps: Vec<f64>,
     troubles: usize,
+    /// Lone transfers judged for their start, and those at 90 % of the limit in time.
+    started: usize,
+    prompt: usize,
 }
 
 fn over(figs: &[&LinkFigure], share_pct: (f64, f64)) -> Over {
@@ -225,6 +262,11 @@ fn over(figs: &[&LinkFigure], share_pct: (f64, f64)) -> Over {
         fair: 0,
         keeps: figs.iter().filter_map(|f| f.competitor_keeps).collect(),
         troubles: figs.iter().filter(|f| !f.troubles.is_empty()).count(),
+        started: figs.iter().filter(|f| f.start.is_some()).count(),
+        prompt: figs
+            .iter()
+            .filter(|f| matches!(f.start, Some((Some(t), b)) if t <= b))
+            .count(),
     };
     for f in figs {
         match (f.share, f.q95) {
@@ -247,6 +289,15 @@ fn share_cell(share: f64, keeps: Option<f64>) -> String {
     match keeps {
         Some(k) => format!("share {share:.1} %, competitor keeps {:.0} %", k * 100.0),
         None => format!("share {share:.1} %"),
+    }
+}
+
+/// When a lone transfer reached 90 % of the limit, against its bound.
+fn start_cell(start: Option<(Option<f64>, f64)>) -> String {
+    match start {
+        Some((Some(t), b)) => format!("{t:.0} / {b:.1}"),
+        Some((None, b)) => format!("never / {b:.1}"),
+        None => "–".into(),
     }
 }
 
@@ -308,12 +359,13 @@ pub fn section(
             format!("{} of {}", o.within, o.queued),
             format!("{} of {}", o.fair, o.shared),
             q(&o.keeps, 0.0),
+            format!("{} of {}", o.prompt, o.started),
             o.troubles.to_string(),
         ]);
     }
     doc.table(
         3,
-        "each configuration over the links: goodput % of the physical limit (steady: after the warm-up; from the first byte: the whole run), against the best end-to-end configuration on the same link, queueing delay p95 within the bound, share beside a competing flow and what the competitor keeps of what it delivers beside its own kind (end-to-end, its controller on both flows)",
+        "each configuration over the links: goodput % of the physical limit (steady: after the warm-up; from the first byte: the whole run), against the best end-to-end configuration on the same link, queueing delay p95 within the bound, share beside a competing flow and what the competitor keeps of what it delivers beside its own kind (end-to-end, its controller on both flows), lone transfers at 90 % of the limit within the start-up bound (log2(BDP ÷ 10 segments) + 3 round trips; + 1 round trip and 1 s: iperf3's start and the one-second intervals it is read from)",
         &Table {
             header: [
                 "configuration",
@@ -328,6 +380,7 @@ pub fn section(
                 "q95 ≤ bound",
                 "share in range",
                 "competitor keeps, least %",
+                "start ≤ bound",
                 "links with trouble",
             ]
             .map(String::from)
@@ -359,6 +412,12 @@ pub fn section(
                 format!("{} {} % ≥ 85 %", mark(p10 >= 0.85), pct(p10)),
                 format!("{} {:.0} % ≥ 90 %", mark(qshare >= 0.9), qshare * 100.0),
                 format!("{} {} of {}", mark(o.fair == o.shared), o.fair, o.shared),
+                format!(
+                    "{} {} of {}",
+                    mark(o.prompt == o.started),
+                    o.prompt,
+                    o.started
+                ),
                 format!("{} {}", mark(o.troubles == 0), o.troubles),
             ]);
         }
@@ -374,6 +433,7 @@ pub fn section(
                     "10th percentile % of limit",
                     "links with steady q95 ≤ max(50 ms, 10 % RTT)",
                     "beside a competitor: share in range",
+                    "alone: 90 % of the limit within the start-up bound",
                     "links stalled, reset or short",
                 ]
                 .map(String::from)
@@ -404,6 +464,7 @@ pub fn section(
                             (None, Some((q, b))) => format!("{q:.0} / {b:.0}"),
                             _ => "–".into(),
                         },
+                        start_cell(f.start),
                         f.troubles.join("; "),
                     ]
                 })
@@ -420,6 +481,7 @@ pub fn section(
                         "best e2e %",
                         "first byte % of limit",
                         "q95 / bound ms",
+                        "90 % at / bound s",
                         "trouble",
                     ]
                     .map(String::from)
@@ -594,6 +656,21 @@ hosts.both.cc = "cubic"
             share_cell(80.0, keeps("split")),
             "share 80.0 %, competitor keeps 25 %"
         );
+    }
+
+    /// Issue 5's link: 100 Mbit/s at 600 ms is about 4 900 segments, nine doublings from
+    /// ten, so 12 round trips (7.2 s), the test's start and the interval's second; a LEO
+    /// link's bound is its second and a few round trips; a path below ten segments has
+    /// three round trips and the test's start.
+    #[test]
+    fn the_start_up_bound_counts_doublings_from_ten_segments() {
+        let b = start_bound_s(94.9e6, 600.0);
+        assert!((b - (8.94 + 3.0 + 1.0) * 0.6 - 1.0).abs() < 0.01, "{b}");
+        // 259 segments: 4.7 doublings.
+        assert!((start_bound_s(100e6, 30.0) - 1.261).abs() < 0.001);
+        assert!((start_bound_s(100e3, 100.0) - 1.4).abs() < 1e-9);
+        assert_eq!(start_cell(Some((None, 8.2))), "never / 8.2");
+        assert_eq!(start_cell(Some((Some(6.0), 8.24))), "6 / 8.2");
     }
 
     #[test]

@@ -2348,6 +2348,7 @@ mod tests {
             connections: None,
             fault: None,
             late_p99_ms: None,
+            start: None,
         }
     }
 

@@ -153,6 +153,20 @@ pub struct RunRecord {
     /// how long after its scheduled time a frame was written (absent on a kernel bridge).
     #[serde(default)]
     pub late_p99_ms: Option<f64>,
+    /// Bulk, one flow and no competing one: how long the transfer took to reach the link's
+    /// rate (absent where that is not judged, and in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<StartRecord>,
+}
+
+/// How a bulk transfer started: the start-up target of issue 39 (90 % of the link's rate
+/// within the slow-start bound plus three round trips) is judged on it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StartRecord {
+    /// The end of the first one-second interval in which the transfer delivered at least
+    /// 90 % of the physical limit over that interval, seconds after its first byte arrived;
+    /// None if no interval did.
+    pub reached_90_s: Option<f64>,
 }
 
 /// Jain's fairness index of `x`: 1 when all are equal, 1/n when one takes everything.
@@ -442,6 +456,7 @@ pub fn run_once(
         connections: None,
         fault: None,
         late_p99_ms: None,
+        start: None,
     };
     let pids = lab.state().proxy_pids.clone();
     let cpu0: f64 = pids.iter().map(|&p| crate::sys::cpu_seconds(p)).sum();

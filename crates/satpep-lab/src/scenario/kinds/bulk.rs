@@ -7,7 +7,7 @@ use crate::iperf::{spawn_client, Server};
 use crate::scenario::beside::{cross_frame_bps, Beside};
 use crate::scenario::spec::{CellSpec, Metric, Size, Span};
 use crate::scenario::traffic::{
-    jain, wait_child_past, watch_first_data, FlowRecord, RunRecord,
+    jain, wait_child_past, watch_first_data, FlowRecord, RunRecord, StartRecord,
 };
 use crate::topology::{Host, Lab};
 use serde::{Deserialize, Serialize};
@@ -314,6 +314,15 @@ fn run_bulk(
                 .map(|u| u - d.delay.at(u * 1e9) / 1e9);
             let span = at_link.map(|u0| (u0 + warm, u0 + last_end));
             let cross_loss = rec.beside.as_ref().and_then(|b| b.cross_loss);
+            if n == 1 && !t.competing {
+                let limit_at = |a: f64, b: f64| {
+                    let span = at_link.map(|u0| (u0 + a, u0 + b));
+                    limit_over(t, d, limit_bps, span, cross_loss)
+                };
+                rec.start = Some(StartRecord {
+                    reached_90_s: reached(&flows[0], 0.9, limit_at),
+                });
+            }
             Some(limit_over(t, d, limit_bps, span, cross_loss))
         }
         (limit_bps, _) => limit_bps,
@@ -530,6 +539,22 @@ fn all_between(flows: &[FlowRecord], from: f64) -> Option<(f64, f64)> {
     Some((bytes, to))
 }
 
+/// The end of `f`'s first whole interval whose goodput is at least `share` of the limit
+/// over it (`limit_at(from, to)`, s on the flow's clock), s after its first byte. Its last
+/// interval is left out: it also holds what was queued when the sender stopped.
+fn reached(f: &FlowRecord, share: f64, limit_at: impl Fn(f64, f64) -> f64) -> Option<f64> {
+    let mut prev = f.start_s;
+    let n = f.series.len();
+    for &(end, bytes) in f.series.iter().take(n.saturating_sub(1)) {
+        let len = end - prev;
+        if len > 0.0 && bytes as f64 * 8.0 / len >= share * limit_at(prev, end) {
+            return Some(end - f.start_s);
+        }
+        prev = end;
+    }
+    None
+}
+
 /// The physical limit `limit_bps` (at the direction's peak rate) over the measured span
 /// (`span`, s on the link's clock, when known): a rate trace's mean over it, less what
 /// constant-rate cross traffic delivered ([`cross_frame_bps`] less its loss `cross_loss`:
@@ -560,6 +585,34 @@ fn limit_over(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The start is read from the first whole interval at 90 % of the limit over that
+    /// interval (a rate step counted), never from the last (it holds the drained queue).
+    #[test]
+    fn the_start_is_the_first_interval_at_the_limit() {
+        let f = FlowRecord {
+            start_s: 0.5,
+            cc: String::new(),
+            bytes: 0,
+            goodput_bps: 0.0,
+            retransmits: 0,
+            // 1, 4, 8, 9.5 and 20 Mbit/s a second.
+            series: [125_000u64, 500_000, 1_000_000, 1_187_500, 2_500_000]
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| (1.5 + i as f64, b))
+                .collect(),
+        };
+        let flat = |_: f64, _: f64| 10e6;
+        assert_eq!(reached(&f, 0.9, flat), Some(4.0));
+        // The link at 8 Mbit/s from 3.5 s on: 8 Mbit/s in (2.5, 3.5] is not 90 % of 10.
+        let step = |a: f64, _: f64| if a >= 3.5 { 8e6 } else { 10e6 };
+        assert_eq!(reached(&f, 0.9, step), Some(4.0));
+        let slow = |a: f64, _: f64| if a >= 2.5 { 8e6 } else { 10e6 };
+        assert_eq!(reached(&f, 0.9, slow), Some(3.0));
+        // Only the last interval reaches it: never.
+        assert_eq!(reached(&f, 0.9, |_: f64, _: f64| 12e6), None);
+    }
 
     /// Beside UDP the limit is what the UDP's delivered frames leave of the link's mean rate
     /// over the span: its dropped datagrams leave their share to TCP (which made a run read
