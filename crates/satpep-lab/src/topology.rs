@@ -38,6 +38,12 @@ pub enum Host {
     Server,
 }
 
+/// The client's and the server's one interface, towards their router (`lab up` names them
+/// so; secondary addresses and the ESP tunnel's routes go on it).
+pub const CLIENT_DEV: &str = "to-term";
+/// See [`CLIENT_DEV`].
+pub const SERVER_DEV: &str = "to-gw";
+
 impl Host {
     /// All hosts, in line order.
     pub const ALL: [Host; 5] = [
@@ -772,10 +778,10 @@ impl Lab {
         ip_batch(
             None,
             &[
-                format!("link add to-term netns {c} type veth peer name to-client netns {t}"),
+                format!("link add {CLIENT_DEV} netns {c} type veth peer name to-client netns {t}"),
                 format!("link add to-link netns {t} address {TERMINAL_SAT_MAC} type veth peer name to-term netns {l}"),
                 format!("link add to-gw netns {l} type veth peer name to-link netns {g} address {GATEWAY_SAT_MAC}"),
-                format!("link add to-server netns {g} type veth peer name to-gw netns {s}"),
+                format!("link add to-server netns {g} type veth peer name {SERVER_DEV} netns {s}"),
             ],
         )?;
         let up = |dev: &str| format!("link set {dev} up");
@@ -783,9 +789,9 @@ impl Lab {
             Some(&c),
             &[
                 up("lo"),
-                up("to-term"),
-                "addr add 198.18.1.2/24 dev to-term".into(),
-                "addr add 2001:2:0:1::2/64 dev to-term nodad".into(),
+                up(CLIENT_DEV),
+                format!("addr add 198.18.1.2/24 dev {CLIENT_DEV}"),
+                format!("addr add 2001:2:0:1::2/64 dev {CLIENT_DEV} nodad"),
                 "route add default via 198.18.1.1".into(),
                 "route add default via 2001:2:0:1::1".into(),
             ],
@@ -833,9 +839,9 @@ impl Lab {
             Some(&s),
             &[
                 up("lo"),
-                up("to-gw"),
-                "addr add 198.18.3.2/24 dev to-gw".into(),
-                "addr add 2001:2:0:3::2/64 dev to-gw nodad".into(),
+                up(SERVER_DEV),
+                format!("addr add 198.18.3.2/24 dev {SERVER_DEV}"),
+                format!("addr add 2001:2:0:3::2/64 dev {SERVER_DEV} nodad"),
                 "route add default via 198.18.3.1".into(),
                 "route add default via 2001:2:0:3::1".into(),
             ],

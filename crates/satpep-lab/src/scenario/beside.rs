@@ -6,7 +6,7 @@
 use super::kinds::bulk::Bulk;
 use crate::http::HttpServer;
 use crate::iperf::{spawn_client, spawn_client_after, spawn_client_to, Server, UDP_FRAME_OVERHEAD};
-use crate::topology::{Host, Lab, SERVER_V4};
+use crate::topology::{Host, Lab, CLIENT_DEV, SERVER_DEV, SERVER_V4};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::process::{Child, Stdio};
@@ -214,13 +214,13 @@ impl Beside {
                     .run_in(
                         Host::Client,
                         "ip",
-                        &["addr", "replace", &format!("{c}/24"), "dev", "to-term"],
+                        &["addr", "replace", &format!("{c}/24"), "dev", CLIENT_DEV],
                     )
                     .and_then(|_| {
                         lab.run_in(
                             Host::Server,
                             "ip",
-                            &["addr", "replace", &format!("{s}/24"), "dev", "to-gw"],
+                            &["addr", "replace", &format!("{s}/24"), "dev", SERVER_DEV],
                         )
                     })
                     .and_then(|_| Server::start(lab, Host::Server, port))

@@ -99,9 +99,14 @@ pub const BACKGROUND_CLIENTS: &str = crate::topology::BACKGROUND_NETS[0];
 pub const BACKGROUND_SERVERS: &str = crate::topology::BACKGROUND_NETS[1];
 
 impl Background {
-    /// The `i`-th pair's (client, server) addresses.
+    /// The `i`-th pair's (client, server) addresses: the `i`-th address of each of the
+    /// nets the proxies leave alone ([`crate::topology::BACKGROUND_NETS`]).
     pub fn pair(i: u32) -> (String, String) {
-        (format!("198.18.1.{}", 16 + i), format!("198.18.3.{}", 16 + i))
+        let nth = |net: &str| {
+            let net: ipnet::Ipv4Net = net.parse().expect("a valid IPv4 net");
+            std::net::Ipv4Addr::from(u32::from(net.network()) + i).to_string()
+        };
+        (nth(BACKGROUND_CLIENTS), nth(BACKGROUND_SERVERS))
     }
 }
 
@@ -585,6 +590,27 @@ fn limit_over(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every background pair the scenario allows (1-16) lies in the nets the proxies
+    /// exclude, each address once.
+    #[test]
+    fn background_pairs_lie_in_the_excluded_nets() {
+        let nets: Vec<ipnet::Ipv4Net> = [BACKGROUND_CLIENTS, BACKGROUND_SERVERS]
+            .iter()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(
+            Background::pair(0),
+            ("198.18.1.16".to_string(), "198.18.3.16".to_string())
+        );
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..16 {
+            let (c, s) = Background::pair(i);
+            assert!(nets[0].contains(&c.parse::<std::net::Ipv4Addr>().unwrap()), "{c}");
+            assert!(nets[1].contains(&s.parse::<std::net::Ipv4Addr>().unwrap()), "{s}");
+            assert!(seen.insert(c) && seen.insert(s));
+        }
+    }
 
     /// The start is read from the first whole interval at 90 % of the limit over that
     /// interval (a rate step counted), never from the last (it holds the drained queue).
