@@ -56,6 +56,23 @@ mod tests {
         }
     }
 
+    /// Issue 5's links in the corpus are what their title says: 600 ms RTT, BER 1e-6.
+    #[test]
+    fn the_corpus_fast_geo_links_have_a_600_ms_rtt() {
+        let sc = Scenario::parse(get("corpus").unwrap(), true).unwrap();
+        let pi = sc.parts.iter().position(|p| p.name == "fast-geo").unwrap();
+        let cells: Vec<_> = sc.cells.iter().filter(|c| c.part == pi).collect();
+        assert_eq!(cells.len(), 10);
+        for c in cells {
+            let l = c.spec.link_spec().unwrap().resolve().unwrap();
+            let rtt_ms = (l.forward.delay.max_ns() + l.ret.delay.max_ns()) as f64 / 1e6;
+            assert_eq!(rtt_ms, 600.0, "{:?}", c.point);
+            // BER 1e-6 loses about 1.2 % of 1514-byte frames.
+            let per = l.forward.loss.mean_loss(1514);
+            assert!((per - 0.0120).abs() < 0.0005, "{per}");
+        }
+    }
+
     #[test]
     fn the_example_scenarios_in_docs_parse() {
         // docs/examples: recipes; docs/scenarios: the runs docs cite figures from.
