@@ -205,6 +205,11 @@ impl LinkSpec {
             self.seed = o.seed;
         }
         self.both.overlay(&o.both);
+        // A later layer's `both` speaks for both directions: it replaces what an earlier
+        // layer (a preset) set per direction, or `--preset geo --delay 300ms` kept geo's
+        // 280 ms each way. Within one layer a direction still beats `both`.
+        self.forward.overlay(&o.both);
+        self.ret.overlay(&o.both);
         self.forward.overlay(&o.forward);
         self.ret.overlay(&o.ret);
         self.outage.overlay(&o.outage);
@@ -691,6 +696,27 @@ mod tests {
         assert_eq!(cfg.forward.delay, DelaySource::Fixed(280_000_000));
         // 100 % BDP of 50 Mbit/s × 560 ms.
         assert_eq!(cfg.forward.queue, QueueLimit::Bytes(3_500_000));
+    }
+
+    /// A user's `both` overrides what the preset set per direction (geo's 280 ms each way
+    /// and its rates); the user's own direction keys still win over their `both`.
+    #[test]
+    fn a_users_both_overrides_the_presets_directions() {
+        let user = spec("preset = 'geo'\n[both]\ndelay = '300ms'\nrate = '20Mbit'\n[forward]\nrate = '100Mbit'\n");
+        let cfg = LinkSpec::layered(&[&user]).unwrap().resolve().unwrap();
+        assert_eq!(cfg.forward.delay, DelaySource::Fixed(300_000_000));
+        assert_eq!(cfg.ret.delay, DelaySource::Fixed(300_000_000));
+        assert_eq!(cfg.forward.rate, RateSource::Fixed(100e6));
+        assert_eq!(cfg.ret.rate, RateSource::Fixed(20e6));
+        // Later layers (flags after a file) likewise.
+        let file = spec("preset = 'geo'\n[forward]\ndelay = '250ms'\n");
+        let flags = spec("[both]\ndelay = '10ms'\n");
+        let cfg = LinkSpec::layered(&[&file, &flags])
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(cfg.forward.delay, DelaySource::Fixed(10_000_000));
+        assert_eq!(cfg.ret.delay, DelaySource::Fixed(10_000_000));
     }
 
     #[test]
