@@ -289,6 +289,8 @@ struct Watch {
     phases: Vec<(f64, Phase)>,
     /// When the model first knew a shallow buffer, s.
     shallow_at: Option<f64>,
+    /// The model's phase now, shared: a simulated link can follow it.
+    phase_now: std::rc::Rc<std::cell::Cell<Phase>>,
 }
 
 impl Watch {
@@ -297,6 +299,7 @@ impl Watch {
             host: KernelHost::new(MSS as u32),
             phases: vec![(0.0, Phase::Startup)],
             shallow_at: None,
+            phase_now: std::rc::Rc::new(std::cell::Cell::new(Phase::Startup)),
         }
     }
 
@@ -313,6 +316,7 @@ impl sim::Host for Watch {
     fn on_acked(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
         self.host.on_acked(now_us, sent_us, bytes);
         let p = self.host.model.phase();
+        self.phase_now.set(p);
         if self.phases.last().is_some_and(|l| l.1 != p) {
             self.phases.push((now_us as f64 * 1e-6, p));
         }
@@ -548,55 +552,29 @@ fn beside_constant_rate_udp_acm_steps_are_no_competitor() {
 /// measure no noise, and the noise does not stand at a third on a clean link.
 #[test]
 fn a_drain_that_loses_a_third_in_separate_losses_measures_no_noise() {
-    use std::cell::Cell;
-    use std::rc::Rc;
-    struct Draining {
-        w: Watch,
-        now: Rc<Cell<bool>>,
-    }
-    impl sim::Host for Draining {
-        fn on_sent(&mut self, now_us: u64, bytes: u64) {
-            self.w.on_sent(now_us, bytes)
-        }
-        fn on_acked(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
-            self.w.on_acked(now_us, sent_us, bytes);
-            self.now.set(self.w.host.model.phase() == Phase::Drain);
-        }
-        fn on_lost(&mut self, now_us: u64, sent_us: u64, bytes: u64) {
-            self.w.on_lost(now_us, sent_us, bytes)
-        }
-        fn on_end_acks(&mut self, now_us: u64) {
-            self.w.on_end_acks(now_us)
-        }
-        fn window(&self) -> u64 {
-            self.w.window()
-        }
-        fn pacing_rate(&self) -> u64 {
-            self.w.pacing_rate()
-        }
-    }
-    let now = Rc::new(Cell::new(false));
-    let mut h = Draining {
-        w: Watch::new(),
-        now: now.clone(),
-    };
+    let mut h = Watch::new();
+    let phase = h.phase_now.clone();
     // The first 10 s: what the drains send loses 35 %; then the link loses nothing.
     let l = move |t: f64| Link {
         rate_bps: 20e6,
         rtt: 0.6,
         buffer: 0.3 * 20e6 / 8.0,
-        loss: if now.get() && t < 10.0 { 0.35 } else { 0.0 },
+        loss: if phase.get() == Phase::Drain && t < 10.0 {
+            0.35
+        } else {
+            0.0
+        },
         burst: 1.0,
     };
     let p = run(&mut h, &l, MSS, 30.0);
-    let (g, _) = report("drains losing 35 %", &h.w.host, &p, 20e6, 15.0, 29.0);
-    let drains =
-        h.w.phases
-            .iter()
-            .filter(|p| p.1 == Phase::Drain && p.0 < 10.0)
-            .count();
-    assert!(drains >= 1, "{:?}", h.w.phases);
-    let noise = h.w.host.model.channel_loss().unwrap_or(0.0);
+    let (g, _) = report("drains losing 35 %", &h.host, &p, 20e6, 15.0, 29.0);
+    let drains = h
+        .phases
+        .iter()
+        .filter(|p| p.1 == Phase::Drain && p.0 < 10.0)
+        .count();
+    assert!(drains >= 1, "{:?}", h.phases);
+    let noise = h.host.model.channel_loss().unwrap_or(0.0);
     assert!(noise < 0.05, "noise {noise:.3} after {drains} drains");
     assert!(g >= 0.8, "goodput {g:.3} of the limit");
 }
