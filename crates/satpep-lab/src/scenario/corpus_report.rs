@@ -134,10 +134,11 @@ pub fn figures(
                 Some(bytes as f64 * 8.0 / dur / x.limit_bps?)
             })
             .collect();
+        let rtt_ms = super::report::base_rtt_ms(sc, r.cell);
+        let stall_s = STALL_S.max(3.0 * rtt_ms / 1e3);
         let mut troubles = Vec::new();
         for x in &cell_runs {
             troubles.extend(x.errors.iter().cloned());
-            let stall_s = STALL_S.max(3.0 * super::report::base_rtt_ms(sc, r.cell) / 1e3);
             if let Some(gap) = longest_gap(x, warm) {
                 if gap >= stall_s {
                     troubles.push(format!(
@@ -154,8 +155,7 @@ pub fn figures(
         let limits: Vec<f64> = cell_runs.iter().filter_map(|x| x.limit_bps).collect();
         let start = (!starts.is_empty() && !limits.is_empty()).then(|| {
             let latest = starts.iter().try_fold(0.0f64, |a, s| s.map(|s| a.max(s)));
-            let rtt = super::report::base_rtt_ms(sc, r.cell);
-            (latest, start_bound_s(mean(&limits), rtt))
+            (latest, start_bound_s(mean(&limits), rtt_ms))
         });
         let q = if r.queue_p95_steady.n > 0 {
             &r.queue_p95_steady

@@ -355,7 +355,6 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
         .collect()
 }
 
-/// A figure of split runs' held records, one per run that has one.
 /// Background flows' total goodput in run `r`, bit/s (None without them, or where one gave
 /// no result).
 fn background_total(r: &RunRecord) -> Option<f64> {
@@ -364,6 +363,7 @@ fn background_total(r: &RunRecord) -> Option<f64> {
     (!b.is_empty() && total.is_finite()).then_some(total)
 }
 
+/// A figure of split runs' held records, one per run that has one.
 fn held_summary(
     runs: &[&RunRecord],
     f: impl Fn(&crate::scenario::split_state::HeldRecord) -> f64,

@@ -317,18 +317,18 @@ fn run_bulk(
             let at_link = clock
                 .uptime_at_data(data_epoch)
                 .map(|u| u - d.delay.at(u * 1e9) / 1e9);
-            let span = at_link.map(|u0| (u0 + warm, u0 + last_end));
             let cross_loss = rec.beside.as_ref().and_then(|b| b.cross_loss);
+            // The limit over `a..b` s of the flows' clock.
+            let limit_at = |a: f64, b: f64| {
+                let span = at_link.map(|u0| (u0 + a, u0 + b));
+                limit_over(t, d, limit_bps, span, cross_loss)
+            };
             if n == 1 && !t.competing {
-                let limit_at = |a: f64, b: f64| {
-                    let span = at_link.map(|u0| (u0 + a, u0 + b));
-                    limit_over(t, d, limit_bps, span, cross_loss)
-                };
                 rec.start = Some(StartRecord {
                     reached_90_s: reached(&flows[0], 0.9, limit_at),
                 });
             }
-            Some(limit_over(t, d, limit_bps, span, cross_loss))
+            Some(limit_at(warm, last_end))
         }
         (limit_bps, _) => limit_bps,
     };
