@@ -45,7 +45,9 @@
  * Rate rises: every 4 rounds the window probes half a slack above the model (PROBE); room
  * found doubles the probe, three in a row (or two full windows in which no queue reading
  * showed a quarter of the slack) restart growth at x1.5 a round, which a queue above the
- * slack ends.
+ * slack ends. Below half the highest rate yet, one probe that found room or one window
+ * with no queue restarts it, doubling up to half the peak's window: the path carried the
+ * peak lately (a fade ended).
  *
  * A queue that is not its own (COMPETE): drains that keep leaving a queue bigger than this
  * sender's window, a buffer that overflowed while the window held at or below the model, or
@@ -206,6 +208,7 @@ struct sat_drain {
 struct sat_growth {
 	u32 ref_bw;       /* START: rate at the last growth; PROBE: rate before it */
 	u32 probe_extra;  /* segments PROBE adds */
+	u32 from_peak;    /* regrowth: the highest rate yet when it began, bytes/s */
 	u8 full_rounds;   /* START: full rounds without growth */
 	u8 probe_wins;    /* PROBE: probes in a row that found room */
 	u8 idle_rounds;   /* full windows in a row that met no queue */
@@ -475,12 +478,19 @@ SAT_FN void enter(struct sat_model *m, struct sat_window *w, const struct sat_ac
 #define REGROW_AT_PEAK 1
 #define REGROW_BELOW_PEAK 2
 
-/* The link is faster than the model: grow again, at x1.5 a round. */
+/* The model is under half the highest rate yet: the link served that lately. */
+SAT_FN bool far_below_peak(const struct sat_model *m)
+{
+	return (u64)m->f.bw * 2 < m->f.bw_peak;
+}
+
+/* The link is faster than the model: grow again (x2 to x1.125 a round, update_phase). */
 SAT_FN void regrow(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
 	m->grow.regrowth = (u64)m->f.bw * 10 < (u64)m->f.bw_peak * 9 ? REGROW_BELOW_PEAK :
 									 REGROW_AT_PEAK;
 	m->grow.ref_bw = m->f.bw;
+	m->grow.from_peak = m->f.bw_peak;
 	m->grow.full_rounds = 0;
 	enter(m, w, a, SAT_START);
 }
@@ -726,6 +736,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	/* A round that filled its window (lost segments count: an overflow filled it too). */
 	bool filled = !m->r.app_limited && total >= m->r.cwnd / 2;
 	bool idle;
+	u8 idle_enough;
 
 	learn_buffer(m, a);
 	if (m->phase == SAT_COMPETE && total >= 30) {
@@ -749,6 +760,10 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	 * there only probes that find room raise the model.) */
 	idle = filled && (m->phase == SAT_CRUISE || m->phase == SAT_PROBE) && !m->noise.buffer_us &&
 	       m->r.cwnd >= segs_in(a, m->f.bw, base) && m->r.read && !m->r.queued;
+	/* Far below the peak (a fade or a step ended, traffic beside left), one idle round is
+	 * enough: the path carried the peak lately, and each round waited at a GEO RTT is
+	 * 0.6 s at a fraction of the link. */
+	idle_enough = far_below_peak(m) ? 1 : 2;
 	m->r.acked = 0;
 	m->r.lost = 0;
 	m->r.events = 0;
@@ -780,7 +795,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 		}
 		break;
 	case SAT_CRUISE:
-		if (m->grow.idle_rounds >= 2) {
+		if (m->grow.idle_rounds >= idle_enough) {
 			regrow(m, w, a);
 		} else if (m->phase_rounds >= CRUISE_ROUNDS) {
 			m->grow.ref_bw = m->f.bw;
@@ -790,7 +805,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 		}
 		break;
 	case SAT_PROBE:
-		if (m->grow.idle_rounds >= 2) {
+		if (m->grow.idle_rounds >= idle_enough) {
 			regrow(m, w, a);
 		} else if (m->phase_rounds >= 2) {
 			/* The extra could add extra / BDP to the rate: half of that (1 % at least)
@@ -803,7 +818,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 			 * regrow at once. A shallow buffer shows no idle round, so probes alone
 			 * find the rate again, and 5 % a probe took seed 39's L07 (78 Mbit/s
 			 * faded to 20 and back, 16 ms buffer) 8 s to regain half of it. */
-			bool far_below = (u64)m->f.bw * 2 < m->f.bw_peak;
+			bool far_below = far_below_peak(m);
 
 			if (grew && m->grow.probe_wins < 2 && !far_below) {
 				m->grow.probe_wins++;
@@ -934,12 +949,14 @@ SAT_STEP update_round(struct sat_model *m, struct sat_window *w, const struct sa
  * bottleneck serves now, read over its first ACKs while they still show a queue (the
  * start's last round, sent at twice the rate, does for an RTT). The host's samples span an
  * RTT of ACKs, most of them from before: after the start they describe the round before,
- * after a step down in rate the faster link. After the start the reading only raises the
- * model; after a queue it only lowers it. */
+ * after a step down in rate the faster link. After the start the reading raises the model,
+ * and lowers it only to a link that serves under half of it; after a queue it only lowers
+ * it. */
 SAT_STEP drain_reading(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
 	SAT_ARGS(m && w && a);
 	u32 span, noise;
+	bool queued;
 	u64 r;
 
 	if (!(m->drain.after_start || m->drain.busy) ||
@@ -948,20 +965,26 @@ SAT_STEP drain_reading(struct sat_model *m, struct sat_window *w, const struct s
 	span = (u32)a->now_us - m->drain.began_us;
 	if (span < max(RECENT_MIN_US, base_us(m) / RECENT_SHARE))
 		return 0;
-	if (!m->drain.after_start &&
-	    !(a->rtt_us > 0 && (u32)a->rtt_us >= base_us(m) + slack_us(m, a) / 2))
+	queued = a->rtt_us > 0 && (u32)a->rtt_us >= base_us(m) + slack_us(m, a) / 2;
+	if (!m->drain.after_start && !queued)
 		return 0;
 	noise = min(m->noise.clean_ppm, NOISE_MAX_PPM);
 	r = (u64)(a->delivered - m->drain.delivered) * a->mss * USEC_PER_SEC / span;
 	/* Lost segments used the link too. */
 	r = r * USEC_PER_SEC / (USEC_PER_SEC - noise);
-	/* After a queue, half the model at most per drain, as every other cut: the reading is
+	/* After the start, lower only to a link that serves under half of what the start
+	 * measured while a queue stands (a fade met the start's end: seed 42's L11, where the
+	 * drain held the start's window for 6 s and the queue grew to a second); after a
+	 * queue, by half the model at most per drain, as every other cut: the reading is
 	 * taken on every ACK of the drain's first round, and the lowest of many short spans
 	 * reads low when ACKs come in bursts (QUIC's ACK frames: the tunnel's model fell from
 	 * 130 to 10 Mbit/s in one drain beside a competitor's start). */
-	if (!m->drain.after_start)
-		r = max(r, (u64)m->f.bw / 2);
-	if (r && r < 0xffffffffULL && (m->drain.after_start ? r > m->f.bw : r < m->f.bw)) {
+	if (m->drain.after_start ? r > m->f.bw || (queued && r < m->f.bw / 2) :
+				   queued && r < m->f.bw)
+		r = m->drain.after_start ? r : max(r, (u64)m->f.bw / 2);
+	else
+		return 0;
+	if (r && r < 0xffffffffULL) {
 		set_bw(m, (u32)r);
 		w->cwnd = max(target(m, w, a), MIN_CWND);
 	}
@@ -1101,17 +1124,26 @@ SAT_STEP update_phase(struct sat_model *m, struct sat_window *w, const struct sa
 	case SAT_START:
 		if (!a->app_limited) {
 			if (m->grow.regrowth) {
-				/* From below the peak, x1.5 a round up to the window that
-				 * carried the peak and x1.125 beyond it: the queue shows a round
-				 * late, and a round at x1.5 past the link's rate left half a
-				 * window queued (seed 41's L10, 13 Mbit/s over 690 ms, ACM
-				 * steps: 400 ms). From the peak, x1.5: a peak read early in the
-				 * start would hold growth back. */
+				/* From below the peak (as it was when growth began: the filter
+				 * follows the growth), x2 a round up to half the window that
+				 * carried it (the path carried it lately: a fade that ended gives
+				 * it back at once, and x1.5 took seed 42's L11 four rounds of
+				 * 636 ms more to get back from a fifth of it), x1.5 up to that
+				 * window, x1.125 for a quarter beyond it (the queue shows a round
+				 * late, and a round at x1.5 past the link's rate left half a window
+				 * queued: seed 41's L10, 13 Mbit/s over 690 ms, ACM steps, 400 ms)
+				 * and x1.5 past that: the peak was read low (a start that ended in
+				 * a fade: split on seed 42's L11 took 8 s at x1.125 from its 6.9
+				 * Mbit/s to the link's 24). From the peak, x1.5: a peak read early
+				 * in the start would hold growth back. */
 				u32 c = w->cnt + a->acked;
-				u32 shift = m->grow.regrowth == REGROW_BELOW_PEAK &&
-						    w->cwnd >= segs_in(a, m->f.bw_peak, base_us(m)) ?
-					    3 :
-					    1;
+				u32 peak = segs_in(a, m->grow.from_peak, base_us(m));
+				bool below = m->grow.regrowth == REGROW_BELOW_PEAK;
+				u32 shift = !below			     ? 1 :
+					    w->cwnd >= peak + peak / 4 ? 1 :
+					    w->cwnd >= peak		     ? 3 :
+					    w->cwnd >= peak / 2	     ? 1 :
+									       0;
 
 				w->cwnd += c >> shift;
 				w->cnt = c & ((1U << shift) - 1);
