@@ -973,17 +973,20 @@ SAT_STEP drain_reading(struct sat_model *m, struct sat_window *w, const struct s
 	/* Lost segments used the link too. */
 	r = r * USEC_PER_SEC / (USEC_PER_SEC - noise);
 	/* After the start, lower only to a link that serves under half of what the start
-	 * measured while a queue stands (a fade met the start's end: seed 42's L11, where the
-	 * drain held the start's window for 6 s and the queue grew to a second); after a
-	 * queue, by half the model at most per drain, as every other cut: the reading is
-	 * taken on every ACK of the drain's first round, and the lowest of many short spans
-	 * reads low when ACKs come in bursts (QUIC's ACK frames: the tunnel's model fell from
-	 * 130 to 10 Mbit/s in one drain beside a competitor's start). */
-	if (m->drain.after_start ? r > m->f.bw || (queued && r < m->f.bw / 2) :
-				   queued && r < m->f.bw)
-		r = m->drain.after_start ? r : max(r, (u64)m->f.bw / 2);
-	else
+	 * measured while a queue stands, read over half a base RTT at least (a fade met the
+	 * start's end: seed 42's L11, where the drain held the start's window for 6 s and the
+	 * queue grew to a second; over shorter spans a 1.1 Mbit/s upload's bunched ACKs read
+	 * under half and held the tunnel at 0.5 for 20 s). Lowered by half the model at most,
+	 * as every other cut: the reading is taken on every ACK of the drain's first round,
+	 * and the lowest of many short spans reads low when ACKs come in bursts (QUIC's ACK
+	 * frames: the tunnel's model fell from 130 to 10 Mbit/s in one drain beside a
+	 * competitor's start). */
+	if (m->drain.after_start ?
+		    r <= m->f.bw && !(queued && r < m->f.bw / 2 && span >= base_us(m) / 2) :
+		    !(queued && r < m->f.bw))
 		return 0;
+	if (r < m->f.bw)
+		r = max(r, (u64)m->f.bw / 2);
 	if (r && r < 0xffffffffULL) {
 		set_bw(m, (u32)r);
 		w->cwnd = max(target(m, w, a), MIN_CWND);
