@@ -956,7 +956,7 @@ SAT_STEP drain_reading(struct sat_model *m, struct sat_window *w, const struct s
 {
 	SAT_ARGS(m && w && a);
 	u32 span, noise;
-	bool queued;
+	bool queued, raise, faded, slower;
 	u64 r;
 
 	if (!(m->drain.after_start || m->drain.busy) ||
@@ -973,17 +973,20 @@ SAT_STEP drain_reading(struct sat_model *m, struct sat_window *w, const struct s
 	/* Lost segments used the link too. */
 	r = r * USEC_PER_SEC / (USEC_PER_SEC - noise);
 	/* After the start, lower only to a link that serves under half of what the start
-	 * measured while a queue stands, read over half a base RTT at least (a fade met the
-	 * start's end: seed 42's L11, where the drain held the start's window for 6 s and the
-	 * queue grew to a second; over shorter spans a 1.1 Mbit/s upload's bunched ACKs read
-	 * under half and held the tunnel at 0.5 for 20 s). Lowered by half the model at most,
+	 * measured while a queue above the budget stands, read over half a base RTT at least
+	 * (a fade met the start's end: seed 42's L11, where the drain held the start's window
+	 * for 6 s and the queue grew to a second). A 1.1 Mbit/s upload (seed 39's L12) read
+	 * under half with the 30-45 ms a few packets queue there, its window below the path's,
+	 * and the tunnel stayed at half the link for 20 s. Lowered by half the model at most,
 	 * as every other cut: the reading is taken on every ACK of the drain's first round,
 	 * and the lowest of many short spans reads low when ACKs come in bursts (QUIC's ACK
 	 * frames: the tunnel's model fell from 130 to 10 Mbit/s in one drain beside a
 	 * competitor's start). */
-	if (m->drain.after_start ?
-		    r <= m->f.bw && !(queued && r < m->f.bw / 2 && span >= base_us(m) / 2) :
-		    !(queued && r < m->f.bw))
+	raise = m->drain.after_start && r > m->f.bw;
+	faded = m->drain.after_start && r < m->f.bw / 2 && span >= base_us(m) / 2 &&
+		a->rtt_us > 0 && (u32)a->rtt_us >= base_us(m) + budget_us(m, a);
+	slower = !m->drain.after_start && queued && r < m->f.bw;
+	if (!(raise || faded || slower))
 		return 0;
 	if (r < m->f.bw)
 		r = max(r, (u64)m->f.bw / 2);
