@@ -11,10 +11,12 @@ fi
 if [ "${1:-}" != --no-build ]; then
     cargo build --release -p satpep
 fi
-out=target/release/package
+# Where cargo builds (and where cargo deb looks for the binary and the generated pages).
+release="${CARGO_TARGET_DIR:-target}/release"
+out=$release/package
 rm -rf "$out"
 mkdir -p "$out/man" "$out/completions"
-bin=target/release/satpep
+bin=$release/satpep
 "$bin" generate man "$out/man"
 "$bin" generate completions bash >"$out/completions/satpep.bash"
 "$bin" generate completions zsh >"$out/completions/_satpep"
