@@ -291,7 +291,9 @@ struct Watch {
     shallow_at: Option<f64>,
     /// The model's phase now, shared: a simulated link can follow it.
     phase_now: std::rc::Rc<std::cell::Cell<Phase>>,
-    /// The last quarter second traced (SIM_TRACE).
+    /// SIM_TRACE set: print the model every 250 ms, to see what a test's link did to it.
+    trace: bool,
+    /// The last quarter second traced.
     last_trace: u64,
 }
 
@@ -302,6 +304,7 @@ impl Watch {
             phases: vec![(0.0, Phase::Startup)],
             shallow_at: None,
             phase_now: std::rc::Rc::new(std::cell::Cell::new(Phase::Startup)),
+            trace: std::env::var_os("SIM_TRACE").is_some(),
             last_trace: 0,
         }
     }
@@ -323,8 +326,7 @@ impl sim::Host for Watch {
         if self.phases.last().is_some_and(|l| l.1 != p) {
             self.phases.push((now_us as f64 * 1e-6, p));
         }
-        // SIM_TRACE=1: the model every 250 ms, to see what a test's link did to it.
-        if std::env::var_os("SIM_TRACE").is_some() && now_us / 250_000 != self.last_trace {
+        if self.trace && now_us / 250_000 != self.last_trace {
             self.last_trace = now_us / 250_000;
             let m = &self.host.model;
             eprintln!(
@@ -529,6 +531,29 @@ fn after_a_fade_on_a_shallow_buffer_the_rate_comes_back_within_seconds() {
     assert!(q <= 20.0, "queue p95 {q:.1} ms");
 }
 
+/// The model's goodput in `from..to` s as a share of what constant-rate UDP of `udp_bps`
+/// leaves of `link` (integrated over its rate changes), printed with the queue's p95;
+/// `p` is `run_shared`'s packets, the model's first.
+fn share_beside_udp(
+    p: &[Vec<sim::Packet>],
+    link: &dyn Fn(f64) -> Link,
+    udp_bps: f64,
+    from: f64,
+    to: f64,
+) -> f64 {
+    let steps = ((to - from) * 100.0).round() as usize;
+    let free: f64 = (0..steps)
+        .map(|i| limit(link(from + i as f64 * 0.01).rate_bps - udp_bps) * 0.01)
+        .sum();
+    let g = goodput(&p[0], MSS, from, to) * (to - from) / free;
+    let q = queue_p95(&p[1], from, to) * 1e3;
+    println!(
+        "{from}-{to} s: {:.0} % of what the UDP leaves, queue p95 {q:.0} ms",
+        g * 100.0
+    );
+    g
+}
+
 #[test]
 fn beside_constant_rate_udp_acm_steps_are_no_competitor() {
     // Seed 39's L11: GEO 5.1 Mbit/s with 1.9 Mbit/s of UDP beside, ACM steps to 3.6 Mbit/s
@@ -554,12 +579,7 @@ fn beside_constant_rate_udp_acm_steps_are_no_competitor() {
     let p = sim::run_shared(&mut [&mut w, &mut c], &l, MSS, 24.0);
     println!("phases {:?}", w.phases);
     for (from, to) in [(5.0, 10.1), (12.1, 13.5), (15.5, 20.5), (22.5, 24.0)] {
-        let q = queue_p95(&p[1], from, to) * 1e3;
-        let g = goodput(&p[0], MSS, from, to) / limit(l(from).rate_bps - udp);
-        println!(
-            "{from}-{to} s: {:.0} % of what the UDP leaves, queue p95 {q:.0} ms",
-            g * 100.0
-        );
+        share_beside_udp(&p, &l, udp, from, to);
     }
     assert_eq!(w.entered(Phase::Compete), None, "{:?}", w.phases);
 }
@@ -624,20 +644,7 @@ fn after_a_fade_that_met_the_start_s_end_the_rate_is_back_within_seconds() {
     let mut c = sim::ConstantRate::new(udp, MSS);
     let p = sim::run_shared(&mut [&mut w, &mut c], &l, MSS, 30.0);
     println!("phases {:?}", w.phases);
-    // Goodput in `from..to` as a share of what the UDP leaves, and the queue's p95 (ms).
-    let share = |from: f64, to: f64| {
-        let steps = ((to - from) * 100.0).round() as usize;
-        let free: f64 = (0..steps)
-            .map(|i| limit(l(from + i as f64 * 0.01).rate_bps - udp) * 0.01)
-            .sum();
-        let g = goodput(&p[0], MSS, from, to) * (to - from) / free;
-        let q = queue_p95(&p[1], from, to) * 1e3;
-        println!(
-            "{from}-{to} s: {:.0} % of what the UDP leaves, queue p95 {q:.0} ms",
-            g * 100.0
-        );
-        g
-    };
+    let share = |from: f64, to: f64| share_beside_udp(&p, &l, udp, from, to);
     share(FADE.0, FADE.1);
     share(FADE.1, FADE.1 + 4.0);
     let back = share(FADE.1 + 4.0, FADE.1 + 8.0);
