@@ -656,3 +656,48 @@ fn after_a_fade_that_met_the_start_s_end_the_rate_is_back_within_seconds() {
     );
     assert_eq!(w.entered(Phase::Compete), None, "{:?}", w.phases);
 }
+
+/// Seed 43's L04: MEO 214 Mbit/s over 156 ms with a 1.7 s buffer and 26.7 Mbit/s of UDP
+/// beside, ACM steps down to a quarter (the TCP's part from 187 to 27 Mbit/s, a seventh).
+/// In the lab the tunnel's drains cut its rate below an eighth of its peak at the trough,
+/// took that for "beyond any fade" and competed with the UDP: its window grew into the
+/// bloated buffer, 5.4 s of queue.
+#[test]
+fn beside_constant_rate_udp_a_deep_acm_trough_is_no_competitor() {
+    let sched = [
+        (0.0, 213.6e6),
+        (2.6, 106.8e6),
+        (4.6, 75.8e6),
+        (9.3, 53.8e6),
+        (14.1, 53.4e6),
+        (18.3, 75.3e6),
+        (22.3, 150.6e6),
+        (25.8, 213.6e6),
+    ];
+    let l = move |t: f64| Link {
+        rate_bps: sched.iter().rev().find(|s| s.0 <= t).unwrap().1,
+        rtt: 0.156,
+        buffer: 213.6e6 / 8.0 * 1.684,
+        loss: 0.0,
+        burst: 1.0,
+    };
+    let udp = 26.7e6;
+    let mut w = Watch::new();
+    let mut c = sim::ConstantRate::new(udp, MSS);
+    let p = sim::run_shared(&mut [&mut w, &mut c], &l, MSS, 30.0);
+    println!("phases {:?}", w.phases);
+    for (from, to) in [
+        (5.0, 9.3),
+        (11.3, 18.3),
+        (20.3, 22.3),
+        (24.3, 25.8),
+        (27.8, 30.0),
+    ] {
+        share_beside_udp(&p, &l, udp, from, to);
+    }
+    let q = queue_p95(&p[1], 5.0, 30.0) * 1e3;
+    println!("queue p95 5-30 s {q:.0} ms");
+    assert_eq!(w.entered(Phase::Compete), None, "{:?}", w.phases);
+    // 6.7 s when it competed; 78 ms once a drain whose queue halves drains again uncut.
+    assert!(q <= 200.0, "queue p95 {q:.0} ms");
+}
