@@ -798,3 +798,36 @@ fn background_flows_share_the_queue_on_a_shorter_path_of_their_own() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `access`: a rate on the client's link makes it the bottleneck (the physical limit is its
+/// own), flood pings across it take their share, and a cell without it gets the plain link
+/// back on the same lab.
+#[test]
+fn the_client_s_access_link_takes_a_rate_and_flood_pings_and_gives_them_back() {
+    require_root();
+    let _one = LAB_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tmpdir("access");
+    let text = "name = \"t\"\nduration = \"6s\"\nwarmup = \"2s\"\n\
+                [link]\nboth = { rate = \"20Mbit\", delay = \"25ms\" }\n\
+                [[config]]\nname = \"slow\"\naccess = { rate = \"5Mbit\" }\n\
+                [[config]]\nname = \"pinged\"\naccess = { rate = \"5Mbit\", pings = 2 }\n\
+                [[config]]\nname = \"plain\"\n";
+    let (ok, out, err) = run_text(&dir, text, &["--json"]);
+    assert!(ok, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+    let cells = j["cells"].as_array().unwrap();
+    let g = |i: usize| cells[i]["metric"]["mean"].as_f64().unwrap();
+    let (slow, pinged, plain) = (g(0), g(1), g(2));
+    // 5 Mbit/s × 1436/1502 is the limit; the transfer fills it.
+    assert!((4.2e6..4.9e6).contains(&slow), "slow {slow}");
+    assert!(pinged < 0.8 * slow, "pinged {pinged} against {slow}");
+    assert!(plain > 15e6, "plain {plain}: the token bucket stayed");
+    for c in cells {
+        assert_eq!(c["failures"], 0, "{c}");
+    }
+    for i in 0..3 {
+        let r = first_run(&dir.join("out"), i);
+        assert!(!r["errors"].to_string().contains("flood pings"), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

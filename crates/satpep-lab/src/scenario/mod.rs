@@ -2,6 +2,7 @@
 //! repetitions), run on one lab with real tools, and reported as CSV, JSON, plots, Markdown
 //! and HTML. Presets reproduce the source documents' experiments.
 
+pub mod access;
 pub mod beside;
 pub mod capture;
 pub mod compare;

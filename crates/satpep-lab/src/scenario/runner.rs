@@ -46,13 +46,21 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<Option<f64>, String> {
     let (c, s) = (spec.host(Host::Client), spec.host(Host::Server));
     let mss = c.mss.unwrap_or(HOST_MSS).min(s.mss.unwrap_or(HOST_MSS));
     let ts = c.timestamps.unwrap_or(true) && s.timestamps.unwrap_or(true);
-    if spec.ipsec {
+    let satellite = if spec.ipsec {
         // Inside ESP: the TUN device's MTU sets the segment, ESP's own bytes ride on each.
         let mss = mss.min(crate::esp::INNER_MTU - 40);
         let extra = crate::esp::overhead(mss + 40);
-        return Ok(Some(tcp_limit_with(dir, mss, ts, extra)));
-    }
-    Ok(Some(tcp_limit_in(dir, mss, ts)))
+        tcp_limit_with(dir, mss, ts, extra)
+    } else {
+        tcp_limit_in(dir, mss, ts)
+    };
+    // A slower access link is the bottleneck (what its flood pings take is congestion, not
+    // a smaller limit). It loses nothing and adds no framing of the emulator's.
+    let access = spec.access.rate_bps()?.map_or(f64::INFINITY, |bps| {
+        let payload = mss as f64 - if ts { 12.0 } else { 0.0 };
+        bps * payload / (mss as f64 + 54.0)
+    });
+    Ok(Some(satellite.min(access)))
 }
 
 /// Highest TCP goodput one direction of a link carries with segments of `mss` bytes
@@ -265,6 +273,13 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                 true => Some(Capture::start(&lab, &pcap_path(&opts.out, ci, rep))),
                 false => None,
             };
+            spec.access
+                .apply(&lab)
+                .map_err(|e| format!("{what}: {e}"))?;
+            let mut pings = spec
+                .access
+                .start_pings(&lab)
+                .map_err(|e| format!("{what}: {e}"))?;
             let esp = match spec.ipsec {
                 true => {
                     Some(crate::esp::EspTunnel::start(&lab).map_err(|e| format!("{what}: {e}"))?)
@@ -277,6 +292,8 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             if let Some(e) = esp {
                 e.stop(&lab);
             }
+            let pings_ended = pings.ended();
+            drop(pings);
             let capture = capture.map(|c| c.map(Capture::stop));
             let mut rec = match result {
                 Ok(r) => r,
@@ -285,6 +302,12 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             };
             if let Some(Err(e)) = capture {
                 rec.errors.push(format!("pcap: {e}"));
+            }
+            if pings_ended > 0 {
+                rec.errors.push(format!(
+                    "access.pings: {pings_ended} of {} flood pings ended before the run did",
+                    spec.access.pings
+                ));
             }
             let mut summary = match (rec.samples.first(), spec.metric()) {
                 (None, _) => format!("FAILED: {}", rec.errors.join("; ")),

@@ -333,6 +333,11 @@ pub struct CellSpec {
     /// interfaces (the emulator needs them off).
     #[serde(default)]
     pub offloads: bool,
+    /// The client's access link to the terminal: a rate, and flood pings that congest it
+    /// (Bharadwaj 1999 §5.2's congested terrestrial link).
+    // Left out of plans when unset, so results directories made before it existed resume.
+    #[serde(default, skip_serializing_if = "super::access::Access::is_none")]
+    pub access: super::access::Access,
     /// The link (a `satpep link` configuration: preset, both, forward, return, outage).
     #[serde(default)]
     pub link: LinkSpec,
@@ -665,6 +670,7 @@ impl CellSpec {
         if self.offloads && !self.bridge {
             return Err("offloads: only with bridge = true (the emulator needs them off)".into());
         }
+        self.access.check()?;
         for host in crate::Host::ALL {
             let h = self.host(host);
             let n = host.name();
