@@ -203,7 +203,6 @@ struct sat_drain {
 	u8 busy;          /* it follows a queue above the budget */
 	u8 overflow;      /* since the last drain: a loss with a queue while the window held at
 			   * or below the model (another sender overflows the buffer) */
-	u8 deep;          /* the last reaction's cut took the rate beyond any fade */
 };
 
 /* START's growth and PROBE. */
@@ -535,7 +534,6 @@ SAT_FN void start_competing(struct sat_model *m, struct sat_window *w, const str
 SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
 	u32 by_rtt, measured;
-	bool deep;
 
 	m->r.reacted = 1;
 	if (m->phase == SAT_START) {
@@ -544,13 +542,7 @@ SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ac
 		by_rtt = rate_at_queue(m, w, a);
 		measured = max(m->r.bw, 1U);
 		set_bw(m, min(min(m->f.bw, by_rtt), max(measured, by_rtt / 2)));
-		/* Twice in a row: one round's delivery rate, read as a step down began, may be
-		 * low. The tunnel on seed 43's L04 (ACM to a quarter beside 27 Mbit/s of UDP, no
-		 * loss) read 20 of 27 Mbit/s in one such round, a ninth of its start's peak, and
-		 * competed with the UDP; the drain after it reads the link again. */
-		deep = m->drain.deep;
-		m->drain.deep = beyond_fades(m);
-		if (m->drain.deep && deep) {
+		if (beyond_fades(m)) {
 			start_competing(m, w, a);
 			return;
 		}
