@@ -542,7 +542,13 @@ SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ac
 		by_rtt = rate_at_queue(m, w, a);
 		measured = max(m->r.bw, 1U);
 		set_bw(m, min(min(m->f.bw, by_rtt), max(measured, by_rtt / 2)));
-		if (beyond_fades(m)) {
+		/* Beyond the fades by what the window delivers at the RTT now too: one round's
+		 * delivery rate, read as a step down begins, may be far below it. The tunnel on
+		 * seed 43's L04 (ACM to a quarter beside 27 Mbit/s of UDP, TCP's part a seventh of
+		 * its peak) read 20 Mbit/s in such a round, a ninth of its peak, and competed with
+		 * the UDP in 4 of 5 runs, filling a 1.7 s buffer. Beside CUBIC the window itself
+		 * is cut that deep, reaction after reaction. */
+		if (beyond_fades(m) && (u64)by_rtt * FADE_DEPTH < m->f.bw_peak) {
 			start_competing(m, w, a);
 			return;
 		}
