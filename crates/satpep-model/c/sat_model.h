@@ -194,7 +194,6 @@ struct sat_drain {
 	u32 events;       /* ACKs that reported losses of them */
 	u32 cut_from;     /* the window before the drains began */
 	u32 left_us;      /* queue the last drain left */
-	u32 began_queue_us; /* queue when it began */
 	u32 ended_ms;     /* the last drain ended; in COMPETE, when it began */
 	u32 first_us;     /* when the first ACK of a segment sent in it came (0: none yet) */
 	u32 early;        /* of `acked`, those acknowledged within a reordering window of it */
@@ -468,7 +467,6 @@ SAT_FN void enter(struct sat_model *m, struct sat_window *w, const struct sat_ac
 		m->drain.events = 0;
 		m->drain.first_us = 0;
 		m->drain.early = 0;
-		m->drain.began_queue_us = queue_us(m);
 	}
 	t = target(m, w, a);
 	/* Down at once; up gradually (set_window), or the window leaves as a burst. */
@@ -542,13 +540,7 @@ SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ac
 		by_rtt = rate_at_queue(m, w, a);
 		measured = max(m->r.bw, 1U);
 		set_bw(m, min(min(m->f.bw, by_rtt), max(measured, by_rtt / 2)));
-		/* Beyond the fades by what the window delivers at the RTT now too: one round's
-		 * delivery rate, read as a step down begins, may be far below it. The tunnel on
-		 * seed 43's L04 (ACM to a quarter beside 27 Mbit/s of UDP, TCP's part a seventh of
-		 * its peak) read 20 Mbit/s in such a round, a ninth of its peak, and competed with
-		 * the UDP in 4 of 5 runs, filling a 1.7 s buffer. Beside CUBIC the window itself
-		 * is cut that deep, reaction after reaction. */
-		if (beyond_fades(m) && (u64)by_rtt * FADE_DEPTH < m->f.bw_peak) {
+		if (beyond_fades(m)) {
 			start_competing(m, w, a);
 			return;
 		}
@@ -622,19 +614,6 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 	    (!m->drain.undrained || overflow || queue >= m->drain.left_us * 3 / 4))
 		m->drain.undrained++;
 	m->drain.left_us = queue;
-	/* The queue fell by a quarter or more in this drain: the bottleneck serves more than
-	 * the drain sends, and what is left was queued before it began (a step down that met
-	 * a full window). Drain again at the same rate. Cut, seed 43's L04 (ACM down to a
-	 * quarter beside 27 Mbit/s of UDP, a 1.7 s buffer) went below an eighth of its peak,
-	 * "beyond any fade", and the model competed with the UDP: 5.4 s of queue. (By half,
-	 * the simulator's L04 was right and the lab's, whose step met a drain, was not.)
-	 * Strictly below: a drain that began and ended with no queue reading (a lossy round's
-	 * RTT samples) did not see one fall, and drained again and again while losses halved
-	 * the rate, down to four segments (the tunnel's 13 %-loss test). */
-	if (!overflow && queue < m->drain.began_queue_us / 4 * 3) {
-		enter(m, w, a, SAT_DRAIN);
-		return 0;
-	}
 	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
 	foreign = overflow ||
 		  (u64)m->f.bw_peak * queue / USEC_PER_SEC > 2ULL * w->cwnd * a->mss;
