@@ -641,16 +641,3 @@ name = "cubic"
         assert!(draw(1, 3).unwrap_err().contains("draw.links = 3"));
     }
 }
-#[cfg(test)]
-mod tmp_print {
-    #[test]
-    fn tmp_print_udp() {
-        for seed in [39, 42, 43] {
-            for l in super::draw(seed, 12).unwrap() {
-                if let Some(u) = l.overlay["traffic"].get("cross_udp") {
-                    println!("seed {seed} {} {} udp {}", l.name, l.about(), u);
-                }
-            }
-        }
-    }
-}
