@@ -270,7 +270,9 @@ impl EspTunnel {
     /// Starts `satpep lab esp` in the client and the server and routes each host's packets
     /// for the other into it (IPv4; IPv6 keeps its plain path).
     pub fn start(lab: &crate::topology::Lab) -> Result<EspTunnel, String> {
-        use crate::topology::{Host, CLIENT_DEV, CLIENT_V4, SERVER_DEV, SERVER_V4};
+        use crate::topology::{
+            Host, CLIENT_DEV, CLIENT_V4, SERVER_DEV, SERVER_V4, TERMINAL_CLIENT_V4,
+        };
         use std::io::BufRead;
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         // The lab's key: fixed, as the tunnel models the black side's cost, not its secrecy.
@@ -283,7 +285,7 @@ impl EspTunnel {
                 Host::Client,
                 CLIENT_V4,
                 SERVER_V4,
-                "198.18.1.1",
+                TERMINAL_CLIENT_V4,
                 CLIENT_DEV,
                 "256",
             ),

@@ -43,6 +43,10 @@ pub enum Host {
 pub const CLIENT_DEV: &str = "to-term";
 /// See [`CLIENT_DEV`].
 pub const SERVER_DEV: &str = "to-gw";
+/// The terminal's interface towards the client (the far end of [`CLIENT_DEV`]).
+pub const TERMINAL_CLIENT_DEV: &str = "to-client";
+/// The terminal's address on the client's link: the client's IPv4 gateway.
+pub const TERMINAL_CLIENT_V4: &str = "198.18.1.1";
 
 impl Host {
     /// All hosts, in line order.
@@ -356,7 +360,12 @@ fn proxy_file(
 ) -> ProxyFile {
     let mut f = pep.file.clone();
     let gateway = host == Host::Gateway;
-    f.intercept.interfaces = vec![if gateway { "to-link" } else { "to-client" }.into()];
+    f.intercept.interfaces = vec![if gateway {
+        "to-link"
+    } else {
+        TERMINAL_CLIENT_DEV
+    }
+    .into()];
     // The scenarios' competing end-to-end flow, and the dumbbell's other hosts (their
     // background flows share the link, never the proxies).
     f.intercept.exclude_ports.push(END_TO_END_PORT);
@@ -778,7 +787,7 @@ impl Lab {
         ip_batch(
             None,
             &[
-                format!("link add {CLIENT_DEV} netns {c} type veth peer name to-client netns {t}"),
+                format!("link add {CLIENT_DEV} netns {c} type veth peer name {TERMINAL_CLIENT_DEV} netns {t}"),
                 format!("link add to-link netns {t} address {TERMINAL_SAT_MAC} type veth peer name to-term netns {l}"),
                 format!("link add to-gw netns {l} type veth peer name to-link netns {g} address {GATEWAY_SAT_MAC}"),
                 format!("link add to-server netns {g} type veth peer name {SERVER_DEV} netns {s}"),
@@ -792,7 +801,7 @@ impl Lab {
                 up(CLIENT_DEV),
                 format!("addr add 198.18.1.2/24 dev {CLIENT_DEV}"),
                 format!("addr add 2001:2:0:1::2/64 dev {CLIENT_DEV} nodad"),
-                "route add default via 198.18.1.1".into(),
+                format!("route add default via {TERMINAL_CLIENT_V4}"),
                 "route add default via 2001:2:0:1::1".into(),
             ],
         )?;
@@ -800,10 +809,10 @@ impl Lab {
             Some(&t),
             &[
                 up("lo"),
-                up("to-client"),
+                up(TERMINAL_CLIENT_DEV),
                 up("to-link"),
-                "addr add 198.18.1.1/24 dev to-client".into(),
-                "addr add 2001:2:0:1::1/64 dev to-client nodad".into(),
+                format!("addr add {TERMINAL_CLIENT_V4}/24 dev {TERMINAL_CLIENT_DEV}"),
+                format!("addr add 2001:2:0:1::1/64 dev {TERMINAL_CLIENT_DEV} nodad"),
                 "addr add 198.18.2.1/24 dev to-link".into(),
                 "addr add 2001:2:0:2::1/64 dev to-link nodad".into(),
                 "route add default via 198.18.2.2".into(),

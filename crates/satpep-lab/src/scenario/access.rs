@@ -6,14 +6,10 @@
 //! Ethernet).
 
 use super::spec::Size;
-use crate::topology::{Host, Lab, CLIENT_DEV};
+use crate::topology::{Host, Lab, CLIENT_DEV, TERMINAL_CLIENT_DEV, TERMINAL_CLIENT_V4};
 use serde::{Deserialize, Serialize};
 use std::process::{Child, Stdio};
 
-/// The terminal's end of the client's link.
-const TERMINAL_DEV: &str = "to-client";
-/// The terminal's address on the client's link, where the pings go.
-const TERMINAL_V4: &str = "198.18.1.1";
 /// Echo payload that makes 1500-byte IP packets (the thesis's).
 const PING_PAYLOAD: &str = "1472";
 
@@ -41,6 +37,12 @@ impl Access {
     /// Nothing set: the lab's plain access link (left out of plans).
     pub fn is_none(&self) -> bool {
         *self == Access::default()
+    }
+
+    /// Whether `other` sets the link itself (rate and queue) as this does; the pings are
+    /// each run's own.
+    pub fn same_link(&self, other: &Access) -> bool {
+        self.rate == other.rate && self.queue == other.queue
     }
 
     /// The rate in bit/s, if set.
@@ -76,10 +78,13 @@ impl Access {
     }
 
     /// Sets the access link's rate on both its ends, or takes it away: a lab serves cells
-    /// with and without one.
+    /// with and without one (the runner calls it when a cell's link differs from the last).
     pub fn apply(&self, lab: &Lab) -> Result<(), String> {
         let rate = self.rate_bps()?;
-        for (host, dev) in [(Host::Client, CLIENT_DEV), (Host::Terminal, TERMINAL_DEV)] {
+        for (host, dev) in [
+            (Host::Client, CLIENT_DEV),
+            (Host::Terminal, TERMINAL_CLIENT_DEV),
+        ] {
             let mut c = lab.command(host, "tc");
             match rate {
                 None => {
@@ -118,7 +123,7 @@ impl Access {
         for _ in 0..self.pings {
             let child = lab
                 .command(Host::Client, "ping")
-                .args(["-f", "-q", "-s", PING_PAYLOAD, TERMINAL_V4])
+                .args(["-f", "-q", "-s", PING_PAYLOAD, TERMINAL_CLIENT_V4])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -56,11 +56,18 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<Option<f64>, String> {
     };
     // A slower access link is the bottleneck (what its flood pings take is congestion, not
     // a smaller limit). It loses nothing and adds no framing of the emulator's.
-    let access = spec.access.rate_bps()?.map_or(f64::INFINITY, |bps| {
-        let payload = mss as f64 - if ts { 12.0 } else { 0.0 };
-        bps * payload / (mss as f64 + 54.0)
-    });
+    let access = spec
+        .access
+        .rate_bps()?
+        .map_or(f64::INFINITY, |bps| bps * payload_share(mss, ts, 0));
     Ok(Some(satellite.min(access)))
+}
+
+/// The share of a frame that is TCP payload, for segments of `mss` bytes (`timestamps`
+/// take 12 of them) in Ethernet frames with `extra` bytes more.
+fn payload_share(mss: u32, timestamps: bool, extra: u32) -> f64 {
+    let payload = mss as f64 - if timestamps { 12.0 } else { 0.0 };
+    payload / (mss + 54 + extra) as f64
 }
 
 /// Highest TCP goodput one direction of a link carries with segments of `mss` bytes
@@ -71,10 +78,9 @@ pub fn tcp_limit_in(dir: &DirectionConfig, mss: u32, timestamps: bool) -> f64 {
 
 /// [`tcp_limit_in`] with `extra` bytes more on every frame (a tunnel's headers).
 pub fn tcp_limit_with(dir: &DirectionConfig, mss: u32, timestamps: bool, extra: u32) -> f64 {
-    let payload = mss as f64 - if timestamps { 12.0 } else { 0.0 };
-    let frame = mss as f64 + 54.0 + extra as f64 + dir.overhead as f64;
-    let loss = dir.loss.mean_loss(frame as u32);
-    dir.rate.max_bps() * payload / frame * (1.0 - loss)
+    let extra = extra + dir.overhead;
+    let loss = dir.loss.mean_loss(mss + 54 + extra);
+    dir.rate.max_bps() * payload_share(mss, timestamps, extra) * (1.0 - loss)
 }
 
 /// What carries the lab's link now.
@@ -195,6 +201,8 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
         let mut link_now: Option<LinkNow> = None;
         let mut pep_now: Option<Pep> = None;
         let mut pep_link: Option<LinkSpec> = None;
+        // The client's access link as set on the lab (a new lab's is plain).
+        let mut access_now = super::access::Access::default();
         for (i, &(ci, rep)) in todo.iter().enumerate() {
             if crate::interrupted() {
                 return Err(interrupted(i, todo.len()));
@@ -273,9 +281,12 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                 true => Some(Capture::start(&lab, &pcap_path(&opts.out, ci, rep))),
                 false => None,
             };
-            spec.access
-                .apply(&lab)
-                .map_err(|e| format!("{what}: {e}"))?;
+            if !spec.access.same_link(&access_now) {
+                spec.access
+                    .apply(&lab)
+                    .map_err(|e| format!("{what}: {e}"))?;
+                access_now = spec.access.clone();
+            }
             let mut pings = spec
                 .access
                 .start_pings(&lab)
