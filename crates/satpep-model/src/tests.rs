@@ -554,6 +554,35 @@ fn share_beside_udp(
     g
 }
 
+/// The model beside constant-rate UDP of `udp_bps` for `secs` on a link whose rate steps
+/// as `sched` says ((from s, bit/s), in order), with `rtt` s and a `buffer` of bytes: its
+/// watch and the packets (the model's first), the share of what the UDP leaves printed for
+/// each of `spans`.
+fn beside_udp_on_steps(
+    sched: &[(f64, f64)],
+    rtt: f64,
+    buffer: f64,
+    udp_bps: f64,
+    secs: f64,
+    spans: &[(f64, f64)],
+) -> (Watch, Vec<Vec<sim::Packet>>) {
+    let l = |t: f64| Link {
+        rate_bps: sched.iter().rev().find(|s| s.0 <= t).unwrap().1,
+        rtt,
+        buffer,
+        loss: 0.0,
+        burst: 1.0,
+    };
+    let mut w = Watch::new();
+    let mut c = sim::ConstantRate::new(udp_bps, MSS);
+    let p = sim::run_shared(&mut [&mut w, &mut c], &l, MSS, secs);
+    println!("phases {:?}", w.phases);
+    for &(from, to) in spans {
+        share_beside_udp(&p, &l, udp_bps, from, to);
+    }
+    (w, p)
+}
+
 #[test]
 fn beside_constant_rate_udp_acm_steps_are_no_competitor() {
     // Seed 39's L11: GEO 5.1 Mbit/s with 1.9 Mbit/s of UDP beside, ACM steps to 3.6 Mbit/s
@@ -566,21 +595,8 @@ fn beside_constant_rate_udp_acm_steps_are_no_competitor() {
         (13.5, 5.114e6),
         (20.5, 3.631e6),
     ];
-    let l = move |t: f64| Link {
-        rate_bps: sched.iter().rev().find(|s| s.0 <= t).unwrap().1,
-        rtt: 0.558,
-        buffer: 80562.0,
-        loss: 0.0,
-        burst: 1.0,
-    };
-    let udp = 1.881e6;
-    let mut w = Watch::new();
-    let mut c = sim::ConstantRate::new(udp, MSS);
-    let p = sim::run_shared(&mut [&mut w, &mut c], &l, MSS, 24.0);
-    println!("phases {:?}", w.phases);
-    for (from, to) in [(5.0, 10.1), (12.1, 13.5), (15.5, 20.5), (22.5, 24.0)] {
-        share_beside_udp(&p, &l, udp, from, to);
-    }
+    let spans = [(5.0, 10.1), (12.1, 13.5), (15.5, 20.5), (22.5, 24.0)];
+    let (w, _) = beside_udp_on_steps(&sched, 0.558, 80562.0, 1.881e6, 24.0, &spans);
     assert_eq!(w.entered(Phase::Compete), None, "{:?}", w.phases);
 }
 
@@ -676,27 +692,15 @@ fn beside_constant_rate_udp_a_deep_acm_trough_is_no_competitor() {
         (22.3, 150.6e6),
         (25.8, 213.6e6),
     ];
-    let l = move |t: f64| Link {
-        rate_bps: sched.iter().rev().find(|s| s.0 <= t).unwrap().1,
-        rtt: 0.156,
-        buffer: 213.6e6 / 8.0 * 1.684,
-        loss: 0.0,
-        burst: 1.0,
-    };
-    let udp = 26.7e6;
-    let mut w = Watch::new();
-    let mut c = sim::ConstantRate::new(udp, MSS);
-    let p = sim::run_shared(&mut [&mut w, &mut c], &l, MSS, 30.0);
-    println!("phases {:?}", w.phases);
-    for (from, to) in [
+    let spans = [
         (5.0, 9.3),
         (11.3, 18.3),
         (20.3, 22.3),
         (24.3, 25.8),
         (27.8, 30.0),
-    ] {
-        share_beside_udp(&p, &l, udp, from, to);
-    }
+    ];
+    let buffer = 213.6e6 / 8.0 * 1.684;
+    let (w, p) = beside_udp_on_steps(&sched, 0.156, buffer, 26.7e6, 30.0, &spans);
     let q = queue_p95(&p[1], 5.0, 30.0) * 1e3;
     println!("queue p95 5-30 s {q:.0} ms");
     assert_eq!(w.entered(Phase::Compete), None, "{:?}", w.phases);
