@@ -800,8 +800,8 @@ fn background_flows_share_the_queue_on_a_shorter_path_of_their_own() {
 }
 
 /// `access`: a rate on the client's link makes it the bottleneck (the physical limit is its
-/// own), flood pings across it take their share, and a cell without it gets the plain link
-/// back on the same lab.
+/// own), flood pings across it take their share (more of it when the two directions share
+/// the rate, half duplex), and a cell without it gets the plain link back on the same lab.
 #[test]
 fn the_client_s_access_link_takes_a_rate_and_flood_pings_and_gives_them_back() {
     require_root();
@@ -811,21 +811,27 @@ fn the_client_s_access_link_takes_a_rate_and_flood_pings_and_gives_them_back() {
                 [link]\nboth = { rate = \"20Mbit\", delay = \"25ms\" }\n\
                 [[config]]\nname = \"slow\"\naccess = { rate = \"5Mbit\" }\n\
                 [[config]]\nname = \"pinged\"\naccess = { rate = \"5Mbit\", pings = 2 }\n\
+                [[config]]\nname = \"half\"\naccess = { rate = \"5Mbit\", duplex = \"half\", pings = 2 }\n\
                 [[config]]\nname = \"plain\"\n";
     let (ok, out, err) = run_text(&dir, text, &["--json"]);
     assert!(ok, "{err}");
     let j: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
     let cells = j["cells"].as_array().unwrap();
     let g = |i: usize| cells[i]["metric"]["mean"].as_f64().unwrap();
-    let (slow, pinged, plain) = (g(0), g(1), g(2));
+    let (slow, pinged, half, plain) = (g(0), g(1), g(2), g(3));
     // 5 Mbit/s × 1436/1502 is the limit; the transfer fills it.
     assert!((4.2e6..4.9e6).contains(&slow), "slow {slow}");
     assert!(pinged < 0.8 * slow, "pinged {pinged} against {slow}");
-    assert!(plain > 15e6, "plain {plain}: the token bucket stayed");
+    // The echo requests now take the download's time as well as the replies.
+    assert!(half < 0.85 * pinged, "half duplex {half} against {pinged}");
+    assert!(
+        plain > 15e6,
+        "plain {plain}: the token bucket or its ifb stayed"
+    );
     for c in cells {
         assert_eq!(c["failures"], 0, "{c}");
     }
-    for i in 0..3 {
+    for i in 0..4 {
         let r = first_run(&dir.join("out"), i);
         assert!(!r["errors"].to_string().contains("flood pings"), "{r}");
     }

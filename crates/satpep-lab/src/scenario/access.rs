@@ -3,7 +3,10 @@
 //! rate (a token bucket on both of its ends) and congest it with flood pings from the client
 //! to the terminal, as Bharadwaj 1999 §5.2 did to put the bottleneck downstream of the
 //! satellite hop (Tables 5.11-5.12: two flood pings of 1500-byte packets on 10 Mbit/s
-//! Ethernet).
+//! Ethernet). The thesis's Ethernet was a shared medium: `duplex = "half"` gives both
+//! directions one token bucket (an `ifb` device in the terminal that both directions of its
+//! client-side interface are redirected through), so echo replies and requests take the
+//! data's and the ACKs' time as they did there.
 
 use super::spec::Size;
 use crate::topology::{Host, Lab, CLIENT_DEV, TERMINAL_CLIENT_DEV, TERMINAL_CLIENT_V4};
@@ -13,6 +16,26 @@ use std::process::{Child, Stdio};
 /// Echo payload that makes 1500-byte IP packets (the thesis's).
 const PING_PAYLOAD: &str = "1472";
 
+/// The terminal's `ifb` device that carries both directions of a half-duplex access link.
+const SHARED_DEV: &str = "access0";
+
+/// Whether the access link's two directions have a rate each or share one.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Duplex {
+    /// Each direction has the whole rate (switched Ethernet, a modem's two directions).
+    #[default]
+    Full,
+    /// Both directions share the rate (a shared medium: hub Ethernet, Wi-Fi).
+    Half,
+}
+
+impl Duplex {
+    fn is_full(&self) -> bool {
+        *self == Duplex::Full
+    }
+}
+
 /// The client's access link in a cell (`access = { rate = "10Mbit", pings = 2 }`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -20,9 +43,13 @@ pub struct Access {
     /// Rate each way, e.g. "10Mbit"; unset, the link is a plain veth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
-    /// Its queue each way (default 100 full frames, a router's interface queue).
+    /// Its queue each way (default 100 full frames, a router's interface queue); in half
+    /// duplex, the one queue both directions share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<Size>,
+    /// "full" (default): the rate each way; "half": both directions share it.
+    #[serde(default, skip_serializing_if = "Duplex::is_full")]
+    pub duplex: Duplex,
     /// Flood pings (`ping -f`, 1500-byte packets) from the client to the terminal while
     /// each run lasts: they congest the access link.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -42,7 +69,7 @@ impl Access {
     /// Whether `other` sets the link itself (rate and queue) as this does; the pings are
     /// each run's own.
     pub fn same_link(&self, other: &Access) -> bool {
-        self.rate == other.rate && self.queue == other.queue
+        self.rate == other.rate && self.queue == other.queue && self.duplex == other.duplex
     }
 
     /// The rate in bit/s, if set.
@@ -71,47 +98,108 @@ impl Access {
                 return Err(format!("access.queue '{q}': between two frames and 1 GB"));
             }
         }
+        if self.duplex == Duplex::Half && self.rate.is_none() {
+            return Err("access.duplex = \"half\": only with access.rate".into());
+        }
         if self.pings > 8 {
             return Err(format!("access.pings = {}: at most 8", self.pings));
         }
         Ok(())
     }
 
-    /// Sets the access link's rate on both its ends, or takes it away: a lab serves cells
-    /// with and without one (the runner calls it when a cell's link differs from the last).
+    /// Sets the access link's rate on both its ends (or on the terminal's shared device in
+    /// half duplex), or takes it away: a lab serves cells with and without one (the runner
+    /// calls it when a cell's link differs from the last).
     pub fn apply(&self, lab: &Lab) -> Result<(), String> {
-        let rate = self.rate_bps()?;
-        for (host, dev) in [
-            (Host::Client, CLIENT_DEV),
-            (Host::Terminal, TERMINAL_CLIENT_DEV),
-        ] {
-            let mut c = lab.command(host, "tc");
-            match rate {
-                None => {
-                    // No qdisc of ours there is fine.
-                    let _ = c
-                        .args(["qdisc", "del", "dev", dev, "root"])
-                        .stderr(Stdio::null())
-                        .status();
-                }
-                Some(bps) => {
-                    let limit = self.queue.as_ref().map_or(100 * 1514, Size::bytes);
-                    // A burst of a few frames at least, or what the rate sends in 1 ms:
-                    // tbf refuses a burst below one frame, and GSO bursts are split by it.
-                    let burst = ((bps / 8e3) as u64).max(4 * 1514);
-                    let status = c
-                        .args(["qdisc", "replace", "dev", dev, "root", "tbf"])
-                        .args(["rate", &format!("{}bit", bps.round() as u64)])
-                        .args(["burst", &burst.to_string()])
-                        .args(["limit", &limit.to_string()])
-                        .status()
-                        .map_err(|e| format!("tc: {e}"))?;
-                    if !status.success() {
-                        return Err(format!(
-                            "access.rate: tc could not set a token bucket on {dev} ({status})"
-                        ));
-                    }
-                }
+        // From the plain veth each time: the last cell may have set either kind.
+        let quiet = |host, args: &[&str]| {
+            let _ = lab
+                .command(host, args[0])
+                .args(&args[1..])
+                .stderr(Stdio::null())
+                .status();
+        };
+        quiet(
+            Host::Client,
+            &["tc", "qdisc", "del", "dev", CLIENT_DEV, "root"],
+        );
+        quiet(
+            Host::Terminal,
+            &["tc", "qdisc", "del", "dev", TERMINAL_CLIENT_DEV, "root"],
+        );
+        quiet(
+            Host::Terminal,
+            &["tc", "qdisc", "del", "dev", TERMINAL_CLIENT_DEV, "clsact"],
+        );
+        quiet(Host::Terminal, &["ip", "link", "del", SHARED_DEV]);
+        let Some(bps) = self.rate_bps()? else {
+            return Ok(());
+        };
+        let limit = self
+            .queue
+            .as_ref()
+            .map_or(100 * 1514, Size::bytes)
+            .to_string();
+        // A burst of a few frames at least, or what the rate sends in 1 ms: tbf refuses a
+        // burst below one frame, and GSO bursts are split by it.
+        let burst = ((bps / 8e3) as u64).max(4 * 1514).to_string();
+        let rate = format!("{}bit", bps.round() as u64);
+        let tbf = |dev: &str| -> Vec<String> {
+            [
+                "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst", &burst,
+            ]
+            .into_iter()
+            .chain(["limit", &limit])
+            .map(String::from)
+            .collect()
+        };
+        let steps: Vec<(Host, &str, Vec<String>)> = match self.duplex {
+            Duplex::Full => vec![
+                (Host::Client, "tc", tbf(CLIENT_DEV)),
+                (Host::Terminal, "tc", tbf(TERMINAL_CLIENT_DEV)),
+            ],
+            Duplex::Half => {
+                let words = |t: &str| t.split(' ').map(String::from).collect::<Vec<_>>();
+                // u32 matching everything: the one classifier every kernel here has.
+                let redirect = |hook: &str| {
+                    words(&format!(
+                        "filter add dev {TERMINAL_CLIENT_DEV} {hook} protocol all u32 match u32 0 0 action mirred egress redirect dev {SHARED_DEV}"
+                    ))
+                };
+                vec![
+                    (
+                        Host::Terminal,
+                        "ip",
+                        words(&format!("link add {SHARED_DEV} type ifb")),
+                    ),
+                    (
+                        Host::Terminal,
+                        "ip",
+                        words(&format!("link set {SHARED_DEV} up")),
+                    ),
+                    (Host::Terminal, "tc", tbf(SHARED_DEV)),
+                    (
+                        Host::Terminal,
+                        "tc",
+                        words(&format!("qdisc add dev {TERMINAL_CLIENT_DEV} clsact")),
+                    ),
+                    (Host::Terminal, "tc", redirect("ingress")),
+                    (Host::Terminal, "tc", redirect("egress")),
+                ]
+            }
+        };
+        for (host, prog, args) in steps {
+            let out = lab
+                .command(host, prog)
+                .args(&args)
+                .output()
+                .map_err(|e| format!("access: {prog}: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "access.rate: `{prog} {}` failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
             }
         }
         Ok(())
@@ -172,6 +260,11 @@ mod tests {
         assert!(e.contains("between 64 kbit/s"), "{e}");
         let e = a("queue = \"100KB\"").check().unwrap_err();
         assert!(e.contains("only with access.rate"), "{e}");
+        let e = a("duplex = \"half\"").check().unwrap_err();
+        assert!(e.contains("only with access.rate"), "{e}");
+        assert!(toml::from_str::<Access>("rate = \"1Mbit\"\nduplex = \"quarter\"").is_err());
+        let half = a("rate = \"1Mbit\"\nduplex = \"half\"");
+        assert!(half.check().is_ok() && !half.same_link(&a("rate = \"1Mbit\"")));
         let e = a("pings = 9").check().unwrap_err();
         assert!(e.contains("at most 8"), "{e}");
         assert!(toml::from_str::<Access>("speed = \"1Mbit\"").is_err());
@@ -191,5 +284,10 @@ mod tests {
         let (a, b) = (limit(with), limit(without));
         assert!((9.4e6..9.6e6).contains(&a), "{a}");
         assert!((18.8e6..19.2e6).contains(&b), "{b}");
+        // Half duplex: the ACKs share the rate (a 66-byte frame per two 1514-byte ones).
+        let mut half = with.clone();
+        half.access.duplex = Duplex::Half;
+        let h = limit(&half);
+        assert!((a * 0.975..a * 0.985).contains(&h), "{h} against {a}");
     }
 }

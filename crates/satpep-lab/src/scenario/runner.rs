@@ -55,11 +55,16 @@ pub fn tcp_limit_bps(spec: &CellSpec) -> Result<Option<f64>, String> {
         tcp_limit_in(dir, mss, ts)
     };
     // A slower access link is the bottleneck (what its flood pings take is congestion, not
-    // a smaller limit). It loses nothing and adds no framing of the emulator's.
+    // a smaller limit). It loses nothing and adds no framing of the emulator's; in half
+    // duplex the ACKs coming back (one per two segments) take their time from it too.
+    let ack_share = match spec.access.duplex {
+        super::access::Duplex::Full => 0,
+        super::access::Duplex::Half => (54 + if ts { 12 } else { 0 }) / 2,
+    };
     let access = spec
         .access
         .rate_bps()?
-        .map_or(f64::INFINITY, |bps| bps * payload_share(mss, ts, 0));
+        .map_or(f64::INFINITY, |bps| bps * payload_share(mss, ts, ack_share));
     Ok(Some(satellite.min(access)))
 }
 
