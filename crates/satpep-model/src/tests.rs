@@ -15,6 +15,28 @@ fn link(rate_bps: f64, rtt: f64, buffer_s: f64, loss: f64) -> impl Fn(f64) -> Li
     move |_| Link::steady(rate_bps, rtt, buffer_s, loss)
 }
 
+/// A lossless link of `rate_bps` with `buffer_s` of it as buffer, at `faded_bps` in the
+/// spans `fades` (s).
+fn faded(
+    rate_bps: f64,
+    faded_bps: f64,
+    fades: &'static [std::ops::Range<f64>],
+    rtt: f64,
+    buffer_s: f64,
+) -> impl Fn(f64) -> Link {
+    move |t| Link {
+        rate_bps: if fades.iter().any(|f| f.contains(&t)) {
+            faded_bps
+        } else {
+            rate_bps
+        },
+        rtt,
+        buffer: rate_bps / 8.0 * buffer_s,
+        loss: 0.0,
+        burst: 1.0,
+    }
+}
+
 fn report(
     name: &str,
     h: &KernelHost,
@@ -504,20 +526,11 @@ fn a_lossy_connection_gets_a_send_buffer_of_four_path_windows() {
 #[test]
 fn after_a_fade_on_a_shallow_buffer_the_rate_comes_back_within_seconds() {
     // Seed 39's L07: MEO 78 Mbit/s over 171 ms with a 16 ms buffer, faded to a quarter for
-    // 6 s. A shallow buffer shows no queue when the window is too small either, so only
-    // probes find the rate again. The first fade comes before the buffer is known (the
-    // simulator finds it after that fade), the second after it.
-    let l = |t: f64| Link {
-        rate_bps: if (18.0..24.0).contains(&t) || (40.0..46.0).contains(&t) {
-            20e6
-        } else {
-            78e6
-        },
-        rtt: 0.171,
-        buffer: 78e6 / 8.0 * 0.016,
-        loss: 0.0,
-        burst: 1.0,
-    };
+    // 6 s. A shallow buffer shows no queue when the window is too small either: probes,
+    // and rounds that lost nothing beyond the noise, find the rate again. The first fade
+    // comes before the buffer is known (the simulator finds it after that fade), the
+    // second after it.
+    let l = faded(78e6, 20e6, &[18.0..24.0, 40.0..46.0], 0.171, 0.016);
     let mut w = Watch::new();
     let p = run(&mut w, &l, MSS, 60.0);
     let known = w.shallow_at.expect("the buffer was not found");
@@ -731,4 +744,31 @@ fn after_an_acm_step_up_on_geo_the_rate_is_back_within_a_few_round_trips() {
     let (g, q) = report("GEO 50 Mbit/s, halved for 4 s", &h, &p, rate, 14.0, 20.0);
     assert!(g >= 0.87, "goodput {g:.3} of the limit after the step up");
     assert!(q <= 120.0, "queue p95 {q:.1} ms");
+}
+
+/// Seed 42's L02 without its competitor: a fade to a third during the start, then the
+/// whole 240 Mbit/s again, over a 6 ms buffer the start's overflow showed. The model never
+/// saw the link's rate, and a shallow buffer shows no queue: only lossless rounds with no
+/// queue say the window is too small (probes of a few segments held a third of the link
+/// for 20 s: 35.2 % from 12 s on).
+#[test]
+fn a_fade_the_start_met_on_a_shallow_buffer_is_left_within_seconds() {
+    let l = faded(240e6, 76e6, &[3.4..10.2], 0.72, 0.006);
+    let mut h = Watch::new();
+    let p = run(&mut h, &l, MSS, 30.0);
+    let (g, q) = report(
+        "240 Mbit/s faded during the start, 6 ms buffer",
+        &h.host,
+        &p,
+        240e6,
+        12.0,
+        29.0,
+    );
+    assert!(
+        h.host.model.shallow_buffer_us().is_some(),
+        "the start's overflow showed the buffer"
+    );
+    assert!(g >= 0.8, "goodput {g:.3} of the limit from 12 s on");
+    assert!(q <= 10.0, "queue p95 {q:.1} ms");
+    assert_eq!(h.entered(Phase::Compete), None, "{:?}", h.phases);
 }
