@@ -47,8 +47,8 @@
  * showed a quarter of the slack) restart growth at x1.5 a round, which a queue above the
  * slack ends. Below four fifths of the highest rate yet, one window with no queue (over a
  * shallow buffer, and no loss beyond the noise) restarts it (an ACM step back up costs a
- * GEO round less), below half one probe that found room too, doubling up to half the peak's window: the path carried the peak lately (a fade
- * ended).
+ * GEO round less), below half one probe that found room too, doubling up to half the
+ * peak's window: the path carried the peak lately (a fade ended).
  *
  * A queue that is not its own (COMPETE): drains that keep leaving a queue bigger than this
  * sender's window, a buffer that overflowed while the window held at or below the model, or

@@ -66,8 +66,8 @@ impl Access {
         *self == Access::default()
     }
 
-    /// Whether `other` sets the link itself (rate and queue) as this does; the pings are
-    /// each run's own.
+    /// Whether `other` sets the link itself (rate, queue and duplex) as this does; the
+    /// pings are each run's own.
     pub fn same_link(&self, other: &Access) -> bool {
         self.rate == other.rate && self.queue == other.queue && self.duplex == other.duplex
     }
@@ -144,14 +144,11 @@ impl Access {
         // burst below one frame, and GSO bursts are split by it.
         let burst = ((bps / 8e3) as u64).max(4 * 1514).to_string();
         let rate = format!("{}bit", bps.round() as u64);
-        let tbf = |dev: &str| -> Vec<String> {
-            [
-                "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst", &burst,
-            ]
-            .into_iter()
-            .chain(["limit", &limit])
-            .map(String::from)
-            .collect()
+        let words = |t: String| t.split(' ').map(String::from).collect::<Vec<_>>();
+        let tbf = |dev: &str| {
+            words(format!(
+                "qdisc replace dev {dev} root tbf rate {rate} burst {burst} limit {limit}"
+            ))
         };
         let steps: Vec<(Host, &str, Vec<String>)> = match self.duplex {
             Duplex::Full => vec![
@@ -159,10 +156,9 @@ impl Access {
                 (Host::Terminal, "tc", tbf(TERMINAL_CLIENT_DEV)),
             ],
             Duplex::Half => {
-                let words = |t: &str| t.split(' ').map(String::from).collect::<Vec<_>>();
                 // u32 matching everything: the one classifier every kernel here has.
                 let redirect = |hook: &str| {
-                    words(&format!(
+                    words(format!(
                         "filter add dev {TERMINAL_CLIENT_DEV} {hook} protocol all u32 match u32 0 0 action mirred egress redirect dev {SHARED_DEV}"
                     ))
                 };
@@ -170,18 +166,18 @@ impl Access {
                     (
                         Host::Terminal,
                         "ip",
-                        words(&format!("link add {SHARED_DEV} type ifb")),
+                        words(format!("link add {SHARED_DEV} type ifb")),
                     ),
                     (
                         Host::Terminal,
                         "ip",
-                        words(&format!("link set {SHARED_DEV} up")),
+                        words(format!("link set {SHARED_DEV} up")),
                     ),
                     (Host::Terminal, "tc", tbf(SHARED_DEV)),
                     (
                         Host::Terminal,
                         "tc",
-                        words(&format!("qdisc add dev {TERMINAL_CLIENT_DEV} clsact")),
+                        words(format!("qdisc add dev {TERMINAL_CLIENT_DEV} clsact")),
                     ),
                     (Host::Terminal, "tc", redirect("ingress")),
                     (Host::Terminal, "tc", redirect("egress")),
@@ -189,18 +185,9 @@ impl Access {
             }
         };
         for (host, prog, args) in steps {
-            let out = lab
-                .command(host, prog)
-                .args(&args)
-                .output()
-                .map_err(|e| format!("access: {prog}: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "access.rate: `{prog} {}` failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            lab.run_in(host, prog, &args)
+                .map_err(|e| format!("access.rate: {e}"))?;
         }
         Ok(())
     }
