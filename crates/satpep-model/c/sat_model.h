@@ -163,6 +163,8 @@ struct sat_round {
 	u32 lost;       /* segments lost in it */
 	u32 events;     /* ACKs in it that reported losses */
 	u32 cwnd;       /* window it began with */
+	u32 start_bw;   /* the model's rate when it began, before the last round's sample
+			 * raised it (what the window and the pacing followed), bytes/s */
 	u32 bw;         /* latest delivery-rate sample (START: highest), bytes/s */
 	u32 max_queue;  /* highest queue reading in it, us */
 	u8 app_limited; /* it had too little to send */
@@ -297,6 +299,19 @@ SAT_FN u32 margin_us(const struct sat_model *m, const struct sat_ack *a)
 SAT_FN u32 budget_us(const struct sat_model *m, const struct sat_ack *a)
 {
 	return slack_us(m, a) + margin_us(m, a);
+}
+
+/* A round whose queue reading reaches this met a queue: a quarter of the usual slack (the
+ * path's jitter is no queue), half of a shallow buffer's slack at most. At the model's rate
+ * the window's slack stands in the queue, so a round at the matched rate reads a queue; with
+ * a quarter of the usual 15 ms over an 8 ms buffer (4 ms of slack) rounds at the matched
+ * rate read none, looked idle, and regrowth overflowed the buffer every few rounds (the
+ * `throughput` preset's 1 Gbit/s, 5 ms: 8 % of the segments retransmitted). */
+SAT_FN u32 queue_mark_us(const struct sat_model *m, const struct sat_ack *a)
+{
+	u32 s = slack_us(m, a);
+
+	return min(s / 2, max(s, SLACK_MIN_US) / 4);
 }
 
 /* The queue the latest RTT samples show: their lowest above the base RTT. */
@@ -696,6 +711,20 @@ SAT_FN u64 crossed(const struct sat_model *m, u32 noise_ppm)
 	return (u64)m->r.bw * (acked + credit) / acked;
 }
 
+/* The round's queue stayed short of what its losses would have needed from a buffer as
+ * deep as the slack. In CRUISE the queue stands at about the slack: losses with less than
+ * three quarters of it met a buffer shallower than the slack. A probe, or growth after the
+ * start, pushes the queue above the slack on purpose: losses there with less than the
+ * budget met a buffer between the two (a 22 ms buffer under a 30 ms budget lost 4 % of the
+ * packets to probes and regrowth, simulated, without ever showing the budget's queue). */
+SAT_FN bool short_queue(const struct sat_model *m, const struct sat_ack *a)
+{
+	bool pushing = m->phase == SAT_PROBE || (m->phase == SAT_START && m->grow.regrowth);
+	u32 ceiling = pushing ? budget_us(m, a) : slack_us(m, a) * 3 / 4;
+
+	return (m->phase == SAT_CRUISE || pushing) && m->r.read && m->r.max_queue < ceiling;
+}
+
 /* Shallow buffer: a round that lost more than the channel's noise explains (the noise as
  * drains measured it: a drain's window is below the path's, so no buffer overflows then),
  * though its queue never reached three quarters of the slack the window keeps, met a buffer
@@ -708,16 +737,8 @@ SAT_STEP learn_buffer(struct sat_model *m, const struct sat_ack *a)
 	u32 total = m->r.acked + m->r.lost;
 	bool lossy = m->noise.drains && total >= 8 &&
 		     beyond_noise(m, min(m->noise.clean_ppm, NOISE_MAX_PPM));
-	/* In CRUISE the queue stands at about the slack: losses with less than three quarters
-	 * of it met a buffer shallower than the slack. A probe, or growth after the start,
-	 * pushes the queue above the slack on purpose: losses there with less than the budget
-	 * met a buffer between the two (a 22 ms buffer under a 30 ms budget lost 4 % of the
-	 * packets to probes and regrowth, simulated, without ever showing the budget's queue). */
-	bool pushing = m->phase == SAT_PROBE || (m->phase == SAT_START && m->grow.regrowth);
-	u32 ceiling = pushing ? budget_us(m, a) : slack_us(m, a) * 3 / 4;
-	bool short_queue = m->r.read && m->r.max_queue < ceiling;
 
-	if ((m->phase != SAT_CRUISE && !pushing) || !lossy || !short_queue) {
+	if (!lossy || !short_queue(m, a)) {
 		m->noise.shallow_rounds = 0;
 		return 0;
 	}
@@ -734,6 +755,9 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	u32 base = base_us(m), noise = min(m->noise.clean_ppm, NOISE_MAX_PPM);
 	u32 total = m->r.acked + m->r.lost;
 	u64 sample = min(crossed(m, noise), 0xffffffffULL);
+	/* The rate the next round's window and pacing followed: this round's sample may
+	 * raise it. */
+	u32 bw_before = m->f.bw;
 	/* A round that filled its window (lost segments count: an overflow filled it too). */
 	bool filled = !m->r.app_limited && total >= m->r.cwnd / 2;
 	bool idle;
@@ -755,16 +779,22 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	 * and the fair share would grow with them. */
 	if (m->phase != SAT_COMPETE && !m->comp.checking)
 		m->f.bw_peak = max(m->f.bw_peak, m->f.bw);
-	/* A full window at the model's bandwidth-delay product met no queue at all: the model is
-	 * too slow (a fade ended, other traffic left, a drain cut too deep). A shallow buffer
-	 * shows no queue even when the window is too large, but then it overflows: there the
-	 * round must also have lost no more than the channel's noise. (Probes alone found the
-	 * rate there: of a 240 Mbit/s link whose fade the start met, 6 ms buffer, 720 ms RTT,
-	 * the model held a third for 20 s, simulated; 91 % with this.) */
+	/* A round that carried enough to queue half as much again as the mark at the model's
+	 * rate met no queue at all: the model is too slow (a fade ended, other traffic left, a
+	 * drain cut too deep). What the round carried, not the window: a window climbing back
+	 * to its slack after a drain, or a sender paced at the model's rate, queues nothing at
+	 * the matched rate either (over an 8 ms buffer, paced at 1.05 x, at 1 Gbit/s over 5 ms:
+	 * such rounds looked idle, regrowth followed every few rounds and overflowed the
+	 * buffer). A shallow buffer shows no queue even when the window is too large, but then
+	 * it overflows: there the round must also have lost no more than the channel's noise.
+	 * (Probes alone found the rate there: of a 240 Mbit/s link whose fade the start met,
+	 * 6 ms buffer, 720 ms RTT, the model held a third for 20 s, simulated; 91 % with
+	 * this.) */
 	idle = filled && (m->phase == SAT_CRUISE || m->phase == SAT_PROBE) &&
 	       (!m->noise.buffer_us ||
 		(m->noise.drains && total >= 8 && !beyond_noise(m, noise))) &&
-	       m->r.cwnd >= segs_in(a, m->f.bw, base) && m->r.read && !m->r.queued;
+	       total >= segs_in(a, m->r.start_bw, base + queue_mark_us(m, a) * 3 / 2) &&
+	       m->r.read && !m->r.queued;
 	/* Under four fifths of the peak (a fade or a step ended, traffic beside left), one idle
 	 * round is enough: the path carried the peak lately, and each round waited at a GEO
 	 * RTT is 0.6 s at a fraction of the link (a GEO link halved and whole again: 84.5 %
@@ -781,6 +811,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	if (m->phase == SAT_START)
 		m->r.bw = 0;
 	m->r.cwnd = w->cwnd;
+	m->r.start_bw = bw_before;
 	m->r.app_limited = 0;
 	m->r.reacted = 0;
 	m->r.read = 0;
@@ -894,9 +925,7 @@ SAT_STEP update_round(struct sat_model *m, struct sat_window *w, const struct sa
 	 * comes after that gap, with too few samples in the reading's span to count. */
 	if (m->f.recent.n >= 3) {
 		m->r.read = 1;
-		/* A quarter of the usual slack at least: a shallow buffer's short slack would
-		 * read the path's jitter as a queue, and no round would ever look idle. */
-		if (queue_us(m) >= max(slack_us(m, a), SLACK_MIN_US) / 4)
+		if (queue_us(m) >= queue_mark_us(m, a))
 			m->r.queued = 1;
 	}
 	m->r.acked += a->acked;
@@ -1117,6 +1146,17 @@ SAT_STEP update_phase(struct sat_model *m, struct sat_window *w, const struct sa
 		 * most; a drain then measures the channel's own noise. */
 		u32 got = m->r.bw;
 
+		/* A quarter lost, four times the noise's mean, with the queue short of the slack:
+		 * no buffer as deep as the slack loses that. Known at once: at 1 Gbit/s over 5 ms
+		 * with an 8 ms buffer the window overflowed it within a round of each drain, and
+		 * no two lossy rounds ever came in a row (12 % of the packets lost, simulated).
+		 * Not where the noise itself is a large share (a thin link losing one frame in
+		 * nine loses a quarter of a short window now and then). */
+		u64 total = m->r.acked + m->r.lost;
+
+		if (m->noise.drains && !m->noise.buffer_us && short_queue(m, a) &&
+		    (u64)m->r.lost * USEC_PER_SEC > 4 * total * m->noise.clean_ppm)
+			m->noise.buffer_us = max(m->r.max_queue, segs_time(m, a, 4));
 		m->r.reacted = 1;
 		set_bw(m, m->f.bw ? min(m->f.bw, max(got, m->f.bw / 2)) : got);
 		if (m->f.bw) {
@@ -1240,6 +1280,7 @@ SAT_FN void sat_model_resume(struct sat_model *m, struct sat_window *w, const st
 	m->grow.resumed = 1;
 	w->cwnd = max(min(target(m, w, a), w->clamp), w->cwnd);
 	m->r.cwnd = w->cwnd;
+	m->r.start_bw = p->bw;
 }
 
 /* One ACK: the model, then the phase, then the window (tcp_bbr.c's bbr_main). */

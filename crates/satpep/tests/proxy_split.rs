@@ -814,6 +814,7 @@ fn a_fast_link_with_a_buffer_below_the_budget_is_found_and_not_overflowed() {
     let n = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
     let retrans = n(&b, "total_retrans") - n(&a, "total_retrans");
     let acked = (n(&b, "bytes_acked") - n(&a, "bytes_acked")) / n(&b, "mss");
+    println!("from 4 to 7 s: {retrans} segments retransmitted beside {acked:.0} acknowledged");
     assert!(
         retrans < 0.01 * acked,
         "{retrans} segments retransmitted beside {acked:.0} acknowledged from 4 to 7 s: {b}"
