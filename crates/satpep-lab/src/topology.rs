@@ -1045,7 +1045,12 @@ impl Lab {
         };
         let keys = dir.join("keys");
         if pep.tunnel.is_some() && !keys.join("gateway.pem").exists() {
-            satpep_tunnel::keys::keygen(&keys, &["terminal".into(), "gateway".into()], true)?;
+            satpep_tunnel::keys::keygen(
+                &keys,
+                &["terminal".into(), "gateway".into()],
+                satpep_tunnel::authority::DEFAULT_DAYS,
+                true,
+            )?;
         }
         for host in order {
             let file = proxy_file(pep, host, &cfg, &keys, spliced_max_connections());

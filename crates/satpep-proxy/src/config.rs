@@ -77,6 +77,10 @@ pub struct TunnelFile {
     pub rtt: Option<String>,
     /// How long the hop may be down before flows are given up (default 60s).
     pub outage: Option<String>,
+    /// Gateway: the terminals admitted, by certificate name (default: any the CA signed).
+    pub terminals: Option<Vec<String>>,
+    /// Gateway: the CA's revocation list (PEM or DER, `satpep keygen revoke` writes it).
+    pub crl: Option<String>,
 }
 
 /// Which end of the tunnel this satpep is.
@@ -107,6 +111,27 @@ pub struct TunnelConfig {
     pub peer_name: String,
     /// The hop: rates, RTT, outage, controller.
     pub hop: satpep_tunnel::transport::Hop,
+    /// Gateway: the terminals admitted by name (`None`: any the CA signed). A reload
+    /// applies it.
+    pub terminals: Option<Vec<String>>,
+    /// Gateway: the revocation list's file. A reload reads it again.
+    pub crl: Option<std::path::PathBuf>,
+}
+
+impl TunnelConfig {
+    /// What the gateway admits, read now (the revocation list from its file).
+    pub fn admission(&self) -> Result<satpep_tunnel::admission::Admission, String> {
+        satpep_tunnel::admission::Admission::load(self.terminals.as_deref(), self.crl.as_deref())
+    }
+
+    /// Equal but for what a reload applies (the admission's keys).
+    pub fn same_but_admission(&self, o: &Self) -> bool {
+        self == &TunnelConfig {
+            terminals: self.terminals.clone(),
+            crl: self.crl.clone(),
+            ..o.clone()
+        }
+    }
 }
 
 impl PartialEq for TunnelConfig {
@@ -118,6 +143,7 @@ impl PartialEq for TunnelConfig {
             && (&self.ca, &self.cert, &self.key) == (&o.ca, &o.cert, &o.key)
             && self.peer_name == o.peer_name
             && format!("{:?}", self.hop) == format!("{:?}", o.hop)
+            && (&self.terminals, &self.crl) == (&o.terminals, &o.crl)
     }
 }
 
@@ -210,7 +236,37 @@ impl TunnelFile {
             "1s",
             "1h",
         )?;
+        if role == Role::Terminal {
+            for (key, set) in [
+                ("terminals", self.terminals.is_some()),
+                ("crl", self.crl.is_some()),
+            ] {
+                if set {
+                    return Err(format!("tunnel.{key}: only a gateway admits terminals"));
+                }
+            }
+        }
+        let terminals = match &self.terminals {
+            Some(names) => {
+                if names.is_empty() {
+                    return Err("tunnel.terminals: empty: no terminal could connect (leave the key out to admit any the CA signed)".into());
+                }
+                for n in names {
+                    if !satpep_tunnel::keys::valid_name(n) {
+                        return Err(format!("tunnel.terminals: '{n}' is not a certificate name"));
+                    }
+                }
+                Some(names.clone())
+            }
+            None => None,
+        };
+        let crl = match self.crl.as_deref() {
+            Some("") => return Err("tunnel.crl: empty (leave the key out for none)".into()),
+            c => c.map(std::path::PathBuf::from),
+        };
         Ok(TunnelConfig {
+            terminals,
+            crl,
             role,
             peer,
             listen,
@@ -1085,6 +1141,23 @@ mod tests {
                 "tunnel.peer_name",
             ),
             ("[tunnel]\nrole='gateway'\nrate=5", "rate"),
+            (
+                "[tunnel]\nrole='terminal'\npeer='198.18.0.1:1'\nterminals=['t']",
+                "tunnel.terminals: only a gateway",
+            ),
+            (
+                "[tunnel]\nrole='terminal'\npeer='198.18.0.1:1'\ncrl='x'",
+                "tunnel.crl: only a gateway",
+            ),
+            (
+                "[tunnel]\nrole='gateway'\nterminals=[]",
+                "tunnel.terminals: empty",
+            ),
+            (
+                "[tunnel]\nrole='gateway'\nterminals=['a b']",
+                "tunnel.terminals: 'a b'",
+            ),
+            ("[tunnel]\nrole='gateway'\ncrl=''", "tunnel.crl: empty"),
             ("[tunnel]\nrole='gateway'\nspeed=5", "speed"),
         ] {
             let e = cfg(t).unwrap_err();

@@ -85,7 +85,14 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig, legs_reload: bool) -> Ve
     differ("proxy.drain", old.drain != new.drain);
     differ("proxy.log_summary", old.log_summary != new.log_summary);
     differ("adaptive", old.adaptive != new.adaptive);
-    differ("tunnel", old.tunnel != new.tunnel);
+    // What the gateway admits is applied by a reload; the rest of the tunnel is not.
+    differ(
+        "tunnel",
+        match (&old.tunnel, &new.tunnel) {
+            (Some(a), Some(b)) => !a.same_but_admission(b),
+            (a, b) => a != b,
+        },
+    );
     keys.extend(leg_restart_keys(
         "satellite",
         &old.satellite,
@@ -252,12 +259,15 @@ fn with_selection(old: &ProxyConfig, new: &ProxyConfig) -> ProxyConfig {
 /// Runs until aborted: checks the rules every [`CHECK_EVERY`] and applies reloads. `cfg` is
 /// the configuration the rules were installed from (with the satellite controller it
 /// resolved); `legs`, where the accept loop reads the legs new connections get (`None`: a
-/// tunnel gateway, whose leg changes wait for a restart).
+/// tunnel gateway, whose leg changes wait for a restart); `admission`, where a tunnel
+/// gateway reads what it admits (read again at every reload: the revocation list's file may
+/// have changed when the configuration did not).
 pub async fn keep(
     mut cfg: ProxyConfig,
     reg: Arc<Registry>,
     mut reload: UnboundedReceiver<Reload>,
     legs: Option<tokio::sync::watch::Sender<Legs>>,
+    admission: Option<tokio::sync::watch::Sender<Arc<satpep_tunnel::admission::Admission>>>,
 ) {
     let k = &reg.counters;
     k.interception_installed.store(1, Relaxed);
@@ -299,6 +309,18 @@ pub async fn keep(
                         continue;
                     }
                     crate::notify::reloading();
+                    let admits = match (&admission, &new.tunnel) {
+                        (Some(_), Some(t)) => match t.admission() {
+                            Ok(a) => Some(a),
+                            Err(e) => {
+                                k.reload_failures.fetch_add(1, Relaxed);
+                                error!(error = %e, "reload refused: the running configuration stays");
+                                crate::notify::ready("intercepting");
+                                continue;
+                            }
+                        },
+                        _ => None,
+                    };
                     if legs.is_some() {
                         match resolve_legs(&cfg, &new) {
                             Ok((sat, ter)) => (new.satellite, new.terrestrial) = (sat, ter),
@@ -334,6 +356,17 @@ pub async fn keep(
                             cfg.idle_timeout = new.idle_timeout;
                             if let Some(tx) = &legs {
                                 changes.extend(apply_legs(&mut cfg, &new, tx));
+                            }
+                            if let (Some(tx), Some(a)) = (&admission, admits) {
+                                if **tx.borrow() != a {
+                                    changes.push("tunnel admission (terminals, crl)".into());
+                                    tx.send_replace(Arc::new(a));
+                                }
+                                if let (Some(old), Some(t)) = (&mut cfg.tunnel, &new.tunnel) {
+                                    if old.same_but_admission(t) {
+                                        (old.terminals, old.crl) = (t.terminals.clone(), t.crl.clone());
+                                    }
+                                }
                             }
                             info!(interception_changed = changed, changes = %changes.join(", "), "configuration reloaded");
                             if !later.is_empty() {

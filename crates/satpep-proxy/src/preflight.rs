@@ -299,11 +299,13 @@ pub fn preflight(cfg: &ProxyConfig) -> Vec<Finding> {
         ));
     }
     // The tunnel's certificates: readable, chained to a CA file, the key matching the
-    // certificate (rustls compares their public keys).
+    // certificate (rustls compares their public keys); a gateway's revocation list readable.
     if let Some(t) = &cfg.tunnel {
         let tls = satpep_tunnel::keys::Credentials::load(&t.ca, &t.cert, &t.key).and_then(|c| {
             match t.role {
-                Role::Gateway => c.server_tls().map(|_| ()),
+                Role::Gateway => t
+                    .admission()
+                    .and_then(|a| c.server_tls(&std::sync::Arc::new(a)).map(|_| ())),
                 Role::Terminal => c.client_tls().map(|_| ()),
             }
         });

@@ -147,6 +147,8 @@ pub fn keys() -> Vec<Key> {
         e("tunnel", "receive_rate", s("10Mbit"), "default: this side's rate; the peer's sending rate, sizing receive windows"),
         d("tunnel", "rtt", s(config::TUNNEL_RTT), "the hop's round-trip time, sizing windows (default satellite.rtt, else this)"),
         d("tunnel", "outage", s(config::TUNNEL_OUTAGE), "how long the hop may be down before flows are given up"),
+        e("tunnel", "terminals", "[\"terminal-17\", \"terminal-18\"]".into(), "the gateway's: the terminals admitted, by certificate name (default: any the CA signed); a reload applies it"),
+        e("tunnel", "crl", s("/etc/satpep/keys/crl.pem"), "the gateway's: the CA's revocation list (satpep keygen revoke writes it; default: none); read again at every reload"),
     ]);
     v
 }

@@ -280,6 +280,7 @@ async fn intercept(
         registry.clone(),
         reload,
         Some(legs_tx),
+        None,
     ));
     let cfg = Arc::new(cfg);
     let adaptive = cfg
@@ -920,6 +921,8 @@ async fn gateway(
 ) -> Result<Arc<Registry>, String> {
     // Credentials and the UDP port first: nothing is installed for a gateway that cannot run.
     let ep = crate::tunnel::endpoint(&t)?;
+    // What a reload gives the gateway to admit (read again from the reloaded config).
+    let (admission_tx, admission_rx) = tokio::sync::watch::channel(Arc::new(t.admission()?));
     let registry = Arc::new(Registry::new(crate::registry::Mode::Gateway));
     let control = start_control(&cfg, &registry).await?;
     // Flows are held at the terminal; the gateway intercepts nothing to hold.
@@ -936,6 +939,7 @@ async fn gateway(
         registry.clone(),
         reload,
         None,
+        Some(admission_tx),
     ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);
@@ -962,6 +966,7 @@ async fn gateway(
         mark,
         cfg.keepalive,
         registry.clone(),
+        admission_rx,
         shutdown,
     )
     .await;

@@ -14,6 +14,7 @@ use crate::registry::Registry;
 use crate::relay::End;
 use crate::sockets::{reset_on_close, upstream};
 use quinn::{RecvStream, SendStream, VarInt};
+use satpep_tunnel::admission::{peer_id, Admission, PeerId};
 use satpep_tunnel::congestion::satellite::{PathMemory, Readings};
 use satpep_tunnel::congestion::stop::StopSwitch;
 use satpep_tunnel::congestion::Shared;
@@ -38,6 +39,8 @@ pub const CODE_RESET: VarInt = VarInt::from_u32(1);
 pub const CODE_BAD_HEADER: VarInt = VarInt::from_u32(2);
 /// Connection close code when a satpep stops.
 pub const CODE_SHUTDOWN: VarInt = VarInt::from_u32(3);
+/// Connection close code when a reload no longer admits the terminal (revoked, unlisted).
+pub const CODE_NOT_ADMITTED: VarInt = VarInt::from_u32(4);
 
 /// How long the gateway waits for a flow header before giving up on the stream.
 const HEADER_WAIT: Duration = Duration::from_secs(10);
@@ -62,6 +65,8 @@ pub struct Endpoint {
     hop: transport::Hop,
     client: Option<quinn::ClientConfig>,
     server: Option<quinn::ServerConfig>,
+    /// Kept to build the gateway's configuration again when what it admits changes.
+    creds: Credentials,
 }
 
 impl Endpoint {
@@ -102,6 +107,17 @@ impl Endpoint {
         (c, readings)
     }
 
+    /// The gateway admits `admission` from now on (connections already made are the
+    /// caller's to check).
+    fn admit(&mut self, admission: &Arc<Admission>) -> Result<(), String> {
+        self.server = Some(transport::server_config(
+            self.creds.server_tls(admission)?,
+            &self.hop,
+            &self.switch,
+        )?);
+        Ok(())
+    }
+
     /// Closes every connection with `reason` and waits (at most 1 s) until the close left,
     /// also when the congestion window is full.
     pub async fn close(&self, reason: &[u8]) {
@@ -111,16 +127,18 @@ impl Endpoint {
     }
 }
 
-/// Builds the QUIC endpoint of this end from `t` (credentials loaded, UDP socket bound).
+/// Builds the QUIC endpoint of this end from `t` (credentials loaded, the revocation list
+/// read, UDP socket bound).
 pub fn endpoint(t: &TunnelConfig) -> Result<Endpoint, String> {
     let creds = Credentials::load(&t.ca, &t.cert, &t.key)?;
+    let admission = Arc::new(t.admission()?);
     let switch = StopSwitch::default();
     let sock = crate::sockets::udp_socket(t.listen, t.hop.socket_buffer())
         .map_err(|e| format!("tunnel.listen: cannot bind UDP {}: {e}", t.listen))?;
     let (server, client) = match t.role {
         crate::config::Role::Gateway => (
             Some(transport::server_config(
-                creds.server_tls()?,
+                creds.server_tls(&admission)?,
                 &t.hop,
                 &switch,
             )?),
@@ -144,6 +162,7 @@ pub fn endpoint(t: &TunnelConfig) -> Result<Endpoint, String> {
         hop: t.hop,
         client,
         server,
+        creds,
     })
 }
 
@@ -542,28 +561,68 @@ impl LogBudget {
     }
 }
 
+/// The gateway's live connections, by quinn's stable id, with the terminal each carries.
+type Live = Arc<std::sync::Mutex<std::collections::HashMap<usize, (quinn::Connection, PeerId)>>>;
+
+/// The terminal a connection authenticated as (its certificate's name and serial).
+fn terminal_of(c: &quinn::Connection) -> Option<PeerId> {
+    let certs = c
+        .peer_identity()?
+        .downcast::<Vec<quinn::rustls::pki_types::CertificateDer<'static>>>()
+        .ok()?;
+    peer_id(certs.first()?)
+}
+
 /// Runs the gateway's QUIC endpoint until `shutdown`: accepts authenticated terminals and
 /// carries their flows to the servers on `leg` (the terrestrial leg), from the clients'
-/// addresses, with socket mark `mark`.
+/// addresses, with socket mark `mark`. When `admission` changes (a reload), new handshakes
+/// are checked against it and live connections of terminals it no longer admits are closed.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_gateway(
-    ep: Endpoint,
+    mut ep: Endpoint,
     t: &TunnelConfig,
     leg: Arc<Leg>,
     mark: u32,
     keepalive: Option<std::time::Duration>,
     reg: Arc<Registry>,
+    mut admission: tokio::sync::watch::Receiver<Arc<Admission>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let limit = t.hop.reorder_limit();
     info!(listen = %t.listen, congestion = t.hop.congestion.name(), "tunnel gateway listening");
     tokio::pin!(shutdown);
     let refusals = Arc::new(LogBudget::new(REFUSAL_LOG_INTERVAL));
+    let live: Live = Default::default();
+    let mut admission_open = true;
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            changed = admission.changed(), if admission_open => {
+                if changed.is_err() {
+                    // The sender is gone (the proxy stops): admission stays as it is.
+                    admission_open = false;
+                    continue;
+                }
+                let now = admission.borrow_and_update().clone();
+                if let Err(e) = ep.admit(&now) {
+                    warn!(error = %e, "reload: the gateway keeps admitting as before");
+                    continue;
+                }
+                let closed: Vec<(quinn::Connection, PeerId, String)> = live
+                    .lock()
+                    .unwrap()
+                    .values()
+                    .filter_map(|(c, id)| now.check_id(id).err().map(|why| (c.clone(), id.clone(), why)))
+                    .collect();
+                for (c, id, why) in closed {
+                    warn!(terminal = %id.name, from = %c.remote_address(), reason = %why, "closing the connection of a terminal no longer admitted");
+                    c.close(CODE_NOT_ADMITTED, why.as_bytes());
+                }
+                info!(lists_names = now.lists_names(), revoked = now.revoked_count(), "tunnel admission reloaded");
+            }
             inc = ep.endpoint.accept() => {
                 let Some(inc) = inc else { break };
-                let (leg, reg, refusals) = (leg.clone(), reg.clone(), refusals.clone());
+                let (leg, reg, refusals, live) = (leg.clone(), reg.clone(), refusals.clone(), live.clone());
                 let (config, readings) = ep.server_for(inc.remote_address());
                 tokio::spawn(async move {
                     let from = inc.remote_address();
@@ -580,7 +639,9 @@ pub async fn run_gateway(
                             return;
                         }
                     };
-                    info!(%from, "tunnel peer authenticated");
+                    let id = terminal_of(&conn).unwrap_or(PeerId { name: "?".into(), serial: Vec::new() });
+                    info!(%from, terminal = %id.name, "tunnel peer authenticated");
+                    live.lock().unwrap().insert(conn.stable_id(), (conn.clone(), id));
                     tokio::spawn(watch(conn.clone(), readings, reg.clone()));
                     loop {
                         match conn.accept_bi().await {
@@ -594,6 +655,7 @@ pub async fn run_gateway(
                             }
                         }
                     }
+                    live.lock().unwrap().remove(&conn.stable_id());
                 });
             }
         }

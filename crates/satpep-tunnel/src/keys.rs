@@ -3,10 +3,8 @@
 //! a peer whose certificate chains to the deployment's CA (mutual TLS 1.3); the terminal
 //! also checks the gateway's name. Nothing else is trusted: not the system's roots.
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use crate::admission::Admission;
+use crate::authority::Authority;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::fs;
 use std::io::Write;
@@ -17,18 +15,6 @@ use std::sync::Arc;
 /// ALPN protocol of the tunnel; a peer speaking anything else is refused in the handshake.
 pub const ALPN: &[u8] = b"satpep/1";
 
-/// The CA's subject; a CA certificate regenerated from the same key and subject signs
-/// certificates that chain to the original.
-fn ca_params() -> CertificateParams {
-    let mut p = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "satpep tunnel CA");
-    p.distinguished_name = dn;
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    p
-}
-
 /// Whether `name` can be a certificate name (a DNS-style label sequence).
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -38,7 +24,7 @@ pub fn valid_name(name: &str) -> bool {
             .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
 }
 
-fn write_private(path: &Path, text: &str) -> Result<(), String> {
+pub(crate) fn write_private(path: &Path, text: &str) -> Result<(), String> {
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -50,7 +36,7 @@ fn write_private(path: &Path, text: &str) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-fn write_public(path: &Path, text: &str) -> Result<(), String> {
+pub(crate) fn write_public(path: &Path, text: &str) -> Result<(), String> {
     fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -65,64 +51,24 @@ pub struct Generated {
     pub new_ca: bool,
 }
 
-/// Writes into `dir` a CA (`ca.pem`, `ca.key`), unless one is there already, and for each
-/// name a certificate signed by it (`NAME.pem`, `NAME.key`). Keys are mode 0600. Existing
-/// node files are not overwritten unless `force`.
-pub fn keygen(dir: &Path, names: &[String], force: bool) -> Result<Generated, String> {
+/// Writes into `dir` a CA (`ca.pem`, `ca.key`, an empty `crl.pem`), unless one is there
+/// already, and for each name a key and a certificate signed by it for `days` (`NAME.pem`,
+/// `NAME.key`). Keys are mode 0600. Existing node files are not overwritten unless `force`.
+pub fn keygen(dir: &Path, names: &[String], days: u32, force: bool) -> Result<Generated, String> {
     if names.is_empty() {
         return Err("name at least one satpep (e.g. terminal gateway)".into());
     }
     for n in names {
-        if !valid_name(n) {
-            return Err(format!(
-                "'{n}' is not a usable name (letters, digits, '-' and '.', up to 63)"
-            ));
-        }
-        if n == "ca" {
-            return Err("'ca' is the authority's own file name; pick another name".into());
-        }
+        crate::authority::check_name(n)?;
     }
-    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let (ca_pem, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
-    let new_ca = !ca_key.exists();
-    let ca_kp = if new_ca {
-        let kp = KeyPair::generate().map_err(|e| e.to_string())?;
-        let cert = ca_params().self_signed(&kp).map_err(|e| e.to_string())?;
-        write_private(&ca_key, &kp.serialize_pem())?;
-        write_public(&ca_pem, &cert.pem())?;
-        kp
-    } else {
-        let text = fs::read_to_string(&ca_key)
-            .map_err(|e| format!("cannot read {}: {e}", ca_key.display()))?;
-        KeyPair::from_pem(&text).map_err(|e| format!("{}: {e}", ca_key.display()))?
-    };
-    let ca_cert = ca_params().self_signed(&ca_kp).map_err(|e| e.to_string())?;
+    let (ca, new_ca) = Authority::open_or_make(dir)?;
     let mut nodes = Vec::new();
     for n in names {
-        let (pem, key) = (dir.join(format!("{n}.pem")), dir.join(format!("{n}.key")));
-        if !force && (pem.exists() || key.exists()) {
-            return Err(format!(
-                "{} exists already (--force replaces it)",
-                pem.display()
-            ));
-        }
-        let kp = KeyPair::generate().map_err(|e| e.to_string())?;
-        let mut p = CertificateParams::new(vec![n.clone()]).map_err(|e| e.to_string())?;
-        p.distinguished_name.push(DnType::CommonName, n.as_str());
-        p.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        let cert = p
-            .signed_by(&kp, &ca_cert, &ca_kp)
-            .map_err(|e| e.to_string())?;
-        write_private(&key, &kp.serialize_pem())?;
-        write_public(&pem, &cert.pem())?;
+        let (pem, key) = ca.make_node(n, days, force)?;
         nodes.push((n.clone(), pem, key));
     }
     Ok(Generated {
-        ca: ca_pem,
+        ca: ca.ca_pem(),
         nodes,
         new_ca,
     })
@@ -193,15 +139,11 @@ impl Credentials {
         Arc::new(rustls::crypto::ring::default_provider())
     }
 
-    /// TLS for the gateway: TLS 1.3 only, a client certificate from the CA required, no 0-RTT
-    /// (early data could be replayed into a new flow).
-    pub fn server_tls(&self) -> Result<rustls::ServerConfig, String> {
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            self.roots.clone(),
-            Self::provider(),
-        )
-        .build()
-        .map_err(|e| format!("tunnel.ca: {e}"))?;
+    /// TLS for the gateway: TLS 1.3 only, a client certificate from the CA required and
+    /// admitted by `admission` (not revoked, listed if names are listed), no 0-RTT (early
+    /// data could be replayed into a new flow).
+    pub fn server_tls(&self, admission: &Arc<Admission>) -> Result<rustls::ServerConfig, String> {
+        let verifier = admission.verifier(self.roots.clone(), Self::provider())?;
         let mut c = rustls::ServerConfig::builder_with_provider(Self::provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| e.to_string())?
@@ -231,6 +173,7 @@ impl Credentials {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::authority::DEFAULT_DAYS;
     use rustls::client::danger::ServerCertVerifier;
 
     fn tmp(tag: &str) -> PathBuf {
@@ -242,7 +185,13 @@ mod tests {
     #[test]
     fn keygen_writes_a_ca_and_nodes_and_adds_nodes_later() {
         let d = tmp("gen");
-        let g = keygen(&d, &["terminal".into(), "gateway".into()], false).unwrap();
+        let g = keygen(
+            &d,
+            &["terminal".into(), "gateway".into()],
+            DEFAULT_DAYS,
+            false,
+        )
+        .unwrap();
         assert!(g.new_ca);
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         use std::os::unix::fs::PermissionsExt;
@@ -263,12 +212,12 @@ mod tests {
         assert!(sv
             .verify_server_cert(&c.chain[0], &[], &name("terminal"), &[], now)
             .is_err());
-        c.server_tls().unwrap();
+        c.server_tls(&Arc::new(Admission::default())).unwrap();
         c.client_tls().unwrap();
         // A second run reuses the CA and refuses to overwrite.
-        let e = keygen(&d, &["gateway".into()], false).unwrap_err();
+        let e = keygen(&d, &["gateway".into()], DEFAULT_DAYS, false).unwrap_err();
         assert!(e.contains("exists already"), "{e}");
-        let g2 = keygen(&d, &["terminal2".into()], false).unwrap();
+        let g2 = keygen(&d, &["terminal2".into()], DEFAULT_DAYS, false).unwrap();
         assert!(!g2.new_ca);
         // A node added later chains to the original CA.
         let later = certs(&d.join("terminal2.pem"), "x").unwrap();
@@ -289,11 +238,11 @@ mod tests {
     #[test]
     fn bad_names_and_files_are_reported() {
         let d = tmp("bad");
-        assert!(keygen(&d, &["a b".into()], false)
+        assert!(keygen(&d, &["a b".into()], DEFAULT_DAYS, false)
             .unwrap_err()
             .contains("'a b'"));
-        assert!(keygen(&d, &[], false).is_err());
-        assert!(keygen(&d, &["ca".into()], false).is_err());
+        assert!(keygen(&d, &[], DEFAULT_DAYS, false).is_err());
+        assert!(keygen(&d, &["ca".into()], DEFAULT_DAYS, false).is_err());
         fs::create_dir_all(&d).unwrap();
         fs::write(d.join("junk.pem"), "not pem").unwrap();
         let e = Credentials::load(&d.join("junk.pem"), &d.join("x"), &d.join("y")).unwrap_err();

@@ -4,6 +4,8 @@
 //! The proxy (`satpep-proxy`) joins these to intercepted TCP connections. See
 //! `docs/tunnel.md`.
 
+pub mod admission;
+pub mod authority;
 pub mod congestion;
 pub mod header;
 pub mod keys;

@@ -2,6 +2,8 @@
 //! TLS stack: a recorded handshake replayed to the gateway opens nothing, and a peer without
 //! a certificate is refused.
 
+use satpep_tunnel::admission::Admission;
+use satpep_tunnel::authority::DEFAULT_DAYS;
 use satpep_tunnel::congestion::stop::StopSwitch;
 use satpep_tunnel::congestion::Algorithm;
 use satpep_tunnel::keys::{keygen, Credentials};
@@ -25,7 +27,13 @@ fn hop() -> Hop {
 fn keys(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("satpep-hs-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    keygen(&dir, &["terminal".into(), "gateway".into()], true).unwrap();
+    keygen(
+        &dir,
+        &["terminal".into(), "gateway".into()],
+        DEFAULT_DAYS,
+        true,
+    )
+    .unwrap();
     dir
 }
 
@@ -40,7 +48,13 @@ fn creds(dir: &std::path::Path, who: &str) -> Credentials {
 
 fn gateway(dir: &std::path::Path) -> quinn::Endpoint {
     let sw = StopSwitch::default();
-    let sc = server_config(creds(dir, "gateway").server_tls().unwrap(), &hop(), &sw).unwrap();
+    let admit_all = Arc::new(Admission::default());
+    let sc = server_config(
+        creds(dir, "gateway").server_tls(&admit_all).unwrap(),
+        &hop(),
+        &sw,
+    )
+    .unwrap();
     quinn::Endpoint::server(sc, "127.0.0.1:0".parse().unwrap()).unwrap()
 }
 

@@ -256,15 +256,7 @@ fn a_peer_with_wrong_credentials_is_refused_and_logged() {
         "{gateway_log}"
     );
     let foreign = format!("{dir}/foreign");
-    let out = satpep()
-        .args(["keygen", "--dir", &foreign, "terminal"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    satpep_ok(&["keygen", "--dir", &foreign, "terminal"]);
     let terminal_cfg = std::fs::read_to_string(format!("{dir}/proxy-terminal.toml")).unwrap();
     lab.stop_proxies();
     let gw = proxy_in(
@@ -745,4 +737,132 @@ fn a_new_flow_through_a_tunnel_that_carried_traffic_starts_at_the_path_rate() {
         "a warm flow got {:.0} % of the link in its first {secs} s",
         warm_share * 100.0
     );
+}
+
+/// A QUIC handshake with the lab's gateway from the terminal's namespace, presenting the
+/// certificate `name` has from the lab's CA (in `keys`). Connected, it tells `connected` and
+/// waits (20 s at most) for the gateway to close the connection: the close's code and reason.
+/// Refused, the handshake's error.
+fn quic_as(
+    lab: &Lab,
+    keys: &str,
+    name: &str,
+    connected: std::sync::mpsc::Sender<()>,
+) -> std::thread::JoinHandle<Result<String, String>> {
+    let (keys, name) = (std::path::PathBuf::from(keys), name.to_string());
+    in_netns(&lab.ns(Host::Terminal), move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let creds = satpep_tunnel::keys::Credentials::load(
+                &keys.join("ca.pem"),
+                &keys.join(format!("{name}.pem")),
+                &keys.join(format!("{name}.key")),
+            )?;
+            let tls = quinn::crypto::rustls::QuicClientConfig::try_from(creds.client_tls()?)
+                .map_err(|e| e.to_string())?;
+            let mut ep =
+                quinn::Endpoint::client("0.0.0.0:0".parse().unwrap()).map_err(|e| e.to_string())?;
+            ep.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(tls)));
+            let conn = ep
+                .connect("198.18.2.2:7701".parse().unwrap(), "gateway")
+                .map_err(|e| e.to_string())?;
+            let conn = tokio::time::timeout(Duration::from_secs(10), conn)
+                .await
+                .map_err(|_| "handshake timed out".to_string())?
+                .map_err(|e| format!("refused: {e}"))?;
+            // quinn finishes the handshake before the server has checked the client's
+            // certificate: a refusal shows as the connection's close right after.
+            let early = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
+            if let Ok(e) = early {
+                return Err(format!("refused: {e}"));
+            }
+            let _ = connected.send(());
+            match tokio::time::timeout(Duration::from_secs(20), conn.closed()).await {
+                Ok(quinn::ConnectionError::ApplicationClosed(c)) => Ok(format!(
+                    "closed {}: {}",
+                    c.error_code,
+                    String::from_utf8_lossy(&c.reason)
+                )),
+                Ok(e) => Ok(format!("lost: {e}")),
+                Err(_) => Ok("still open".into()),
+            }
+        })
+    })
+}
+
+#[test]
+fn an_unlisted_or_revoked_terminal_is_refused_and_a_reload_closes_only_its_connection() {
+    let mut lab = tunnel_lab("tadm", "[both]\nrate='50Mbit'\ndelay='10ms'\n", None);
+    let dir = satpep_lab::topology::state_dir(&lab.name)
+        .display()
+        .to_string();
+    let keys = format!("{dir}/keys");
+    // Two more satpeps from the lab's CA: one the gateway does not list, one it does.
+    satpep_ok(&["keygen", "--dir", &keys, "intruder", "spare"]);
+    let mut cfg: toml::Table =
+        toml::from_str(&std::fs::read_to_string(format!("{dir}/proxy-gateway.toml")).unwrap())
+            .unwrap();
+    let t = cfg["tunnel"].as_table_mut().unwrap();
+    t.insert(
+        "terminals".into(),
+        toml::Value::Array(vec!["terminal".into(), "spare".into()]),
+    );
+    t.insert("crl".into(), format!("{keys}/crl.pem").into());
+    let gw_cfg = format!("{dir}/admitting.toml");
+    std::fs::write(&gw_cfg, toml::to_string(&cfg).unwrap()).unwrap();
+    lab.stop_proxies();
+    let gw_log = format!("{dir}/gw-adm.log");
+    let mut gw = proxy_in(&lab, Host::Gateway, &gw_cfg, &gw_log);
+    std::thread::sleep(Duration::from_secs(1));
+    let mut term = proxy_in(
+        &lab,
+        Host::Terminal,
+        &format!("{dir}/proxy-terminal.toml"),
+        &format!("{dir}/term-adm.log"),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // The lab's own terminal carries a download through it all.
+    let download = endless_download(&lab, 9190, 9);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let intruder = quic_as(&lab, &keys, "intruder", tx.clone()).join().unwrap();
+    let spare = quic_as(&lab, &keys, "spare", tx);
+    rx.recv_timeout(Duration::from_secs(15))
+        .expect("a listed terminal is admitted");
+    // The spare is out: revoked, and the gateway reloaded.
+    satpep_ok(&["keygen", "revoke", "spare", "--dir", &keys]);
+    unsafe { libc::kill(gw.id() as i32, libc::SIGHUP) };
+    let spare = spare.join().unwrap();
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let spare_again = quic_as(&lab, &keys, "spare", tx).join().unwrap();
+    let (n, end, _) = download.join().unwrap();
+    for c in [&mut term, &mut gw] {
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let _ = c.wait();
+    }
+    let gw_text = std::fs::read_to_string(&gw_log).unwrap();
+    assert!(
+        intruder.is_err(),
+        "an unlisted terminal was admitted: {intruder:?}"
+    );
+    assert!(
+        gw_text.contains("'intruder' is not among tunnel.terminals"),
+        "{gw_text}"
+    );
+    assert_eq!(
+        spare.as_deref(),
+        Ok("closed 4: terminal 'spare': its certificate is revoked"),
+        "{gw_text}"
+    );
+    assert!(
+        spare_again.is_err(),
+        "a revoked terminal was admitted again"
+    );
+    assert!(gw_text.contains("its certificate is revoked"), "{gw_text}");
+    // The lab's terminal kept its flow: the download ran to the server's end (40 s), no
+    // reset, tens of MB through.
+    assert_eq!(end, Ok(()), "{gw_text}");
+    assert!(n > 20 << 20, "{n} bytes");
 }

@@ -17,6 +17,19 @@ pub fn satpep() -> Command {
     Command::new(bin())
 }
 
+/// Runs `satpep ARGS`, which must succeed: its standard output.
+#[allow(dead_code)]
+pub fn satpep_ok(args: &[&str]) -> String {
+    let out = satpep().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "satpep {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A lab name unique to this test process and `tag`.
 pub fn name(tag: &str) -> String {
     format!("t{}{tag}", std::process::id() % 100_000)
