@@ -33,6 +33,60 @@ pub struct StatusReply {
     /// Segments drop-based flow control has dropped since start.
     #[serde(default)]
     pub flow_drops: u64,
+    /// Live tunnel connections (a gateway: one per connected terminal).
+    #[serde(default)]
+    pub tunnels: Vec<TunnelStatus>,
+}
+
+/// A live tunnel connection in `/connections`: the peer by name and address, the flows it
+/// carries, and its path as this side's controller sees it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TunnelStatus {
+    /// The peer's certificate name (a gateway's terminals by name).
+    pub name: String,
+    /// Its address.
+    pub peer: String,
+    /// Flows carried now.
+    pub flows: u64,
+    /// Smoothed RTT, ms.
+    pub rtt_ms: f64,
+    /// Lowest RTT, ms.
+    pub min_rtt_ms: f64,
+    /// The satellite controller's rate, bit/s (payload; none with other controllers).
+    pub model_rate_bps: Option<u64>,
+    /// The satellite controller's phase.
+    pub phase: Option<String>,
+    /// Packets sent.
+    pub sent_packets: u64,
+    /// Packets declared lost.
+    pub lost_packets: u64,
+    /// UDP bytes sent.
+    pub udp_sent_bytes: u64,
+    /// UDP bytes received.
+    pub udp_received_bytes: u64,
+}
+
+impl TunnelStatus {
+    /// `t` now.
+    fn of(t: &crate::registry::Tunnel, reg: &Registry) -> TunnelStatus {
+        let f = TunnelFigures::of(&t.conn, &t.readings);
+        TunnelStatus {
+            name: t.name.clone(),
+            peer: t.conn.remote_address().to_string(),
+            flows: t
+                .flows
+                .as_ref()
+                .map_or(reg.live().len() as u64, |n| n.load(Relaxed)),
+            rtt_ms: f.rtt.as_secs_f64() * 1e3,
+            min_rtt_ms: f.min_rtt.as_secs_f64() * 1e3,
+            model_rate_bps: (f.model_rate > 0).then_some(f.model_rate * 8),
+            phase: f.phase.map(|p| p.name().to_string()),
+            sent_packets: f.sent,
+            lost_packets: f.lost,
+            udp_sent_bytes: f.udp_tx,
+            udp_received_bytes: f.udp_rx,
+        }
+    }
 }
 
 /// A counter's value with one optional label (key, value; empty key: none).
@@ -59,13 +113,15 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
     let tunnels = reg.tunnels();
     // Each connection's figures once per scrape (quinn's stats take its lock). The peer is
     // its address without the port: a terminal's port changes at every reconnection, and a
-    // label that changes starts new series on every dashboard.
-    let figures: Vec<(String, TunnelFigures)> = tunnels
+    // label that changes starts new series on every dashboard. `name` is the peer's
+    // certificate name, which stays when its address changes too.
+    let figures: Vec<(String, String, TunnelFigures)> = tunnels
         .iter()
-        .map(|(c, r)| {
+        .map(|t| {
             (
-                c.remote_address().ip().to_canonical().to_string(),
-                TunnelFigures::of(c, r),
+                t.conn.remote_address().ip().to_canonical().to_string(),
+                t.name.clone(),
+                TunnelFigures::of(&t.conn, &t.readings),
             )
         })
         .collect();
@@ -84,6 +140,22 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
             ConstGauge::new(tunnels.len() as i64),
         ),
     }
+    let flows = Labelled::<Gauge<f64, AtomicU64>>::default();
+    for t in &tunnels {
+        let n = match &t.flows {
+            Some(n) => n.load(Relaxed),
+            None => reg.live().len() as u64,
+        };
+        let peer = t.conn.remote_address().ip().to_canonical().to_string();
+        flows
+            .get_or_create(&labels(&[("peer", &peer), ("name", &t.name)]))
+            .set(n as f64);
+    }
+    r.register(
+        "tunnel_flows",
+        "Flows the tunnel connection carries now (a gateway: per terminal)",
+        flows,
+    );
     r.register(
         "tunnel_connections",
         "Tunnel connections established since start (more than one at a terminal: reconnections)",
@@ -99,9 +171,10 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
                  r: &mut prometheus_client::registry::Registry,
                  v: &dyn Fn(&TunnelFigures) -> Option<f64>| {
         let fam = Labelled::<Gauge<f64, AtomicU64>>::default();
-        for (peer, f) in &figures {
+        for (peer, name, f) in &figures {
             if let Some(x) = v(f) {
-                fam.get_or_create(&labels(&[("peer", peer)])).set(x);
+                fam.get_or_create(&labels(&[("peer", peer), ("name", name)]))
+                    .set(x);
             }
         }
         r.register(name, help, fam);
@@ -162,11 +235,15 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
     );
     // A state set, as Prometheus writes one: 1 for the current phase, 0 for the others.
     let phases = Labelled::<Gauge<f64, AtomicU64>>::default();
-    for (peer, f) in &figures {
+    for (peer, name, f) in &figures {
         let Some(now) = f.phase else { continue };
         for p in satpep_tunnel::congestion::satellite::Phase::ALL {
             phases
-                .get_or_create(&labels(&[("peer", peer), ("phase", p.name())]))
+                .get_or_create(&labels(&[
+                    ("peer", peer),
+                    ("name", name),
+                    ("phase", p.name()),
+                ]))
                 .set(if p == now { 1.0 } else { 0.0 });
         }
     }
@@ -180,9 +257,9 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
                    r: &mut prometheus_client::registry::Registry,
                    v: &dyn Fn(&TunnelFigures) -> Vec<LabelledValue>| {
         let fam = Labelled::<Counter>::default();
-        for (peer, f) in &figures {
+        for (peer, name, f) in &figures {
             for (key, val, x) in v(f) {
-                let mut l = labels(&[("peer", peer)]);
+                let mut l = labels(&[("peer", peer), ("name", name)]);
                 if !key.is_empty() {
                     l.push((key.into(), val.into()));
                 }
@@ -481,6 +558,11 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>, routes: Rou
                 bypassed: reg.bypassed(),
                 piped_bytes: crate::relay::piped_bytes(),
                 flow_drops: crate::flow_control::drops_total(),
+                tunnels: reg
+                    .tunnels()
+                    .iter()
+                    .map(|t| TunnelStatus::of(t, &reg))
+                    .collect(),
             };
             (
                 "200 OK",

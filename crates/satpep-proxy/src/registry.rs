@@ -202,6 +202,22 @@ pub enum Mode {
     Gateway,
 }
 
+/// A live tunnel connection: the QUIC connection, its controller's readings, the peer's name
+/// and the flows it carries.
+#[derive(Clone)]
+pub struct Tunnel {
+    /// The connection.
+    pub conn: quinn::Connection,
+    /// What its satellite controller publishes.
+    pub readings: Arc<Readings>,
+    /// The peer by its certificate's name: the terminal's at a gateway, the gateway's
+    /// (`tunnel.peer_name`) at a terminal. Stable across reconnections, unlike the address.
+    pub name: String,
+    /// Flows it carries now (a gateway's count per terminal; `None` at a terminal, whose one
+    /// tunnel carries every live connection).
+    pub flows: Option<Arc<AtomicU64>>,
+}
+
 /// Live connections plus totals.
 #[derive(Default)]
 pub struct Registry {
@@ -209,8 +225,8 @@ pub struct Registry {
     pub mode: Mode,
     next: AtomicU64,
     conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
-    /// Live tunnel connections and their controllers' readings, for `/metrics`.
-    tunnels: Mutex<Vec<(quinn::Connection, Arc<Readings>)>>,
+    /// Live tunnel connections, for `/metrics` and `/connections`.
+    tunnels: Mutex<Vec<Tunnel>>,
     /// Totals.
     pub counters: Counters,
 }
@@ -225,9 +241,9 @@ impl Registry {
     }
 
     /// A tunnel connection came up.
-    pub fn tunnel_up(&self, c: &quinn::Connection, r: &Arc<Readings>) {
+    pub fn tunnel_up(&self, t: Tunnel) {
         self.counters.tunnel_connections.fetch_add(1, Relaxed);
-        self.tunnels.lock().unwrap().push((c.clone(), r.clone()));
+        self.tunnels.lock().unwrap().push(t);
     }
 
     /// A tunnel connection closed.
@@ -236,11 +252,11 @@ impl Registry {
         self.tunnels
             .lock()
             .unwrap()
-            .retain(|(t, _)| t.stable_id() != id);
+            .retain(|t| t.conn.stable_id() != id);
     }
 
-    /// Live tunnel connections, with their controllers' readings.
-    pub fn tunnels(&self) -> Vec<(quinn::Connection, Arc<Readings>)> {
+    /// Live tunnel connections.
+    pub fn tunnels(&self) -> Vec<Tunnel> {
         self.tunnels.lock().unwrap().clone()
     }
 

@@ -292,7 +292,13 @@ impl Terminal {
             }
         };
         info!(gateway = %self.peer, name = %self.peer_name, "tunnel up");
-        tokio::spawn(watch(c.clone(), readings, self.reg.clone()));
+        tokio::spawn(watch(
+            c.clone(),
+            readings,
+            self.reg.clone(),
+            self.peer_name.clone(),
+            None,
+        ));
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -641,13 +647,18 @@ pub async fn run_gateway(
                     };
                     let id = terminal_of(&conn).unwrap_or(PeerId { name: "?".into(), serial: Vec::new() });
                     info!(%from, terminal = %id.name, "tunnel peer authenticated");
+                    let flows = Arc::new(AtomicU64::new(0));
+                    tokio::spawn(watch(conn.clone(), readings, reg.clone(), id.name.clone(), Some(flows.clone())));
                     live.lock().unwrap().insert(conn.stable_id(), (conn.clone(), id));
-                    tokio::spawn(watch(conn.clone(), readings, reg.clone()));
                     loop {
                         match conn.accept_bi().await {
                             Ok((send, recv)) => {
-                                let (leg, reg) = (leg.clone(), reg.clone());
-                                tokio::spawn(gateway_flow(send, recv, leg, mark, keepalive, reg, from, limit));
+                                let (leg, reg, flows) = (leg.clone(), reg.clone(), flows.clone());
+                                tokio::spawn(async move {
+                                    flows.fetch_add(1, Relaxed);
+                                    gateway_flow(send, recv, leg, mark, keepalive, reg, from, limit).await;
+                                    flows.fetch_sub(1, Relaxed);
+                                });
                             }
                             Err(e) => {
                                 info!(%from, reason = %e, "tunnel peer gone");
@@ -756,10 +767,22 @@ fn log_stats(c: &quinn::Connection, r: &Readings, closing: bool) {
     }
 }
 
-/// Keeps a connection and its controller's readings in `reg` (for `/metrics`) while it
-/// lives, and logs its figures every 5 s (debug) and when it closes (info).
-async fn watch(c: quinn::Connection, r: Arc<Readings>, reg: Arc<Registry>) {
-    reg.tunnel_up(&c, &r);
+/// Keeps a connection, its controller's readings and its peer's name in `reg` (for
+/// `/metrics` and `/connections`) while it lives, and logs its figures every 5 s (debug)
+/// and when it closes (info).
+async fn watch(
+    c: quinn::Connection,
+    r: Arc<Readings>,
+    reg: Arc<Registry>,
+    name: String,
+    flows: Option<Arc<AtomicU64>>,
+) {
+    reg.tunnel_up(crate::registry::Tunnel {
+        conn: c.clone(),
+        readings: r.clone(),
+        name,
+        flows,
+    });
     loop {
         tokio::select! {
             _ = c.closed() => break,

@@ -22,6 +22,10 @@ segments retransmitted so far. up B / down B = bytes relayed client->server / se
 model (a satellite leg on satpep_sat, the default): the controller's phase, the rate it \
 measured, its base RTT and the queue it reads, from the kernel (docs/model.md).
 
+In distributed mode, a table of tunnel connections comes first: the peer by its certificate's \
+name (a gateway lists each connected terminal), its address, the flows it carries now, the \
+smoothed and lowest RTT, the satellite controller's rate and phase, and packets sent and lost.
+
 With --watch the table is printed again every SECS seconds (default 2) with each \
 connection's rates over the interval (up rate, down rate; a connection new since the last sample: \
 over its age) and the totals over live connections; with --json, one JSON object per sample \
@@ -186,6 +190,34 @@ fn print_table(r: &StatusReply, rates: Option<&[(f64, f64)]>) {
         r.failed,
         r.bypassed
     );
+    if !r.tunnels.is_empty() {
+        println!(
+            "{:<24} {:<44} {:>6} {:>8} {:>8} {:>13} {:<8} {:>10} {:>8}",
+            "tunnel to",
+            "address",
+            "flows",
+            "rtt ms",
+            "min ms",
+            "model rate",
+            "phase",
+            "sent",
+            "lost"
+        );
+        for t in &r.tunnels {
+            println!(
+                "{:<24} {:<44} {:>6} {:>8.1} {:>8.1} {:>13} {:<8} {:>10} {:>8}",
+                t.name,
+                t.peer,
+                t.flows,
+                t.rtt_ms,
+                t.min_rtt_ms,
+                t.model_rate_bps.map_or("-".into(), |b| fmt_rate(b as f64)),
+                t.phase.as_deref().unwrap_or("-"),
+                t.sent_packets,
+                t.lost_packets
+            );
+        }
+    }
     if r.connections.is_empty() {
         return;
     }

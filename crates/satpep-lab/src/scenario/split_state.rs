@@ -197,6 +197,7 @@ mod tests {
                 bypassed: 0,
                 piped_bytes: piped,
                 flow_drops: drops,
+                tunnels: Vec::new(),
             })
             .unwrap()
         };
@@ -262,6 +263,7 @@ mod tests {
             bypassed: 0,
             piped_bytes: 0,
             flow_drops: 0,
+            tunnels: Vec::new(),
         };
         let text = serde_json::to_string(&reply).unwrap();
         let s = parse(&text, 2.5);
