@@ -494,17 +494,18 @@ SAT_FN void enter(struct sat_model *m, struct sat_window *w, const struct sat_ac
 #define REGROW_AT_PEAK 1
 #define REGROW_BELOW_PEAK 2
 
-/* The model is under half the highest rate yet: the link served that lately. */
-SAT_FN bool far_below_peak(const struct sat_model *m)
+/* The model is under `num`/`den` of the highest rate yet, which the link served lately:
+ * under half, one probe that found room regrows at once (PROBE); under nine tenths,
+ * regrowth doubles (`regrow`); under four fifths, one idle round regrows (`end_round`). */
+SAT_FN bool below_peak(const struct sat_model *m, u32 num, u32 den)
 {
-	return (u64)m->f.bw * 2 < m->f.bw_peak;
+	return (u64)m->f.bw * den < (u64)m->f.bw_peak * num;
 }
 
 /* The link is faster than the model: grow again (x2 to x1.125 a round, update_phase). */
 SAT_FN void regrow(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
-	m->grow.regrowth = (u64)m->f.bw * 10 < (u64)m->f.bw_peak * 9 ? REGROW_BELOW_PEAK :
-									 REGROW_AT_PEAK;
+	m->grow.regrowth = below_peak(m, 9, 10) ? REGROW_BELOW_PEAK : REGROW_AT_PEAK;
 	m->grow.ref_bw = m->f.bw;
 	m->grow.from_peak = m->f.bw_peak;
 	m->grow.full_rounds = 0;
@@ -801,7 +802,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	 * of it over the 6 s after with two rounds, 88.1 % with one, simulated). At the
 	 * matched rate the slack's queue shows in every round, so no idle round comes of a
 	 * link that stepped down for good. */
-	idle_enough = (u64)m->f.bw * 10 < (u64)m->f.bw_peak * 8 ? 1 : 2;
+	idle_enough = below_peak(m, 4, 5) ? 1 : 2;
 	m->r.acked = 0;
 	m->r.lost = 0;
 	m->r.events = 0;
@@ -857,7 +858,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 			 * regrow at once. A shallow buffer shows no idle round, so probes alone
 			 * find the rate again, and 5 % a probe took seed 39's L07 (78 Mbit/s
 			 * faded to 20 and back, 16 ms buffer) 8 s to regain half of it. */
-			bool far_below = far_below_peak(m);
+			bool far_below = below_peak(m, 1, 2);
 
 			if (grew && m->grow.probe_wins < 2 && !far_below) {
 				m->grow.probe_wins++;
