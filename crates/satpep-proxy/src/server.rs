@@ -919,10 +919,10 @@ async fn gateway(
     stop: tokio::sync::mpsc::UnboundedReceiver<()>,
     reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
 ) -> Result<Arc<Registry>, String> {
-    // Credentials and the UDP port first: nothing is installed for a gateway that cannot run.
-    let ep = crate::tunnel::endpoint(&t)?;
-    // What a reload gives the gateway to admit (read again from the reloaded config).
+    // Credentials, what it admits (a reload sends that again, read from the reloaded config)
+    // and the UDP port first: nothing is installed for a gateway that cannot run.
     let (admission_tx, admission_rx) = tokio::sync::watch::channel(Arc::new(t.admission()?));
+    let ep = crate::tunnel::endpoint(&t, &admission_rx.borrow())?;
     let registry = Arc::new(Registry::new(crate::registry::Mode::Gateway));
     let control = start_control(&cfg, &registry).await?;
     // Flows are held at the terminal; the gateway intercepts nothing to hold.

@@ -127,18 +127,17 @@ impl Endpoint {
     }
 }
 
-/// Builds the QUIC endpoint of this end from `t` (credentials loaded, the revocation list
-/// read, UDP socket bound).
-pub fn endpoint(t: &TunnelConfig) -> Result<Endpoint, String> {
+/// Builds the QUIC endpoint of this end from `t` (credentials loaded, UDP socket bound); a
+/// gateway admits `admission`.
+pub fn endpoint(t: &TunnelConfig, admission: &Arc<Admission>) -> Result<Endpoint, String> {
     let creds = Credentials::load(&t.ca, &t.cert, &t.key)?;
-    let admission = Arc::new(t.admission()?);
     let switch = StopSwitch::default();
     let sock = crate::sockets::udp_socket(t.listen, t.hop.socket_buffer())
         .map_err(|e| format!("tunnel.listen: cannot bind UDP {}: {e}", t.listen))?;
     let (server, client) = match t.role {
         crate::config::Role::Gateway => (
             Some(transport::server_config(
-                creds.server_tls(&admission)?,
+                creds.server_tls(admission)?,
                 &t.hop,
                 &switch,
             )?),
@@ -224,7 +223,8 @@ impl Terminal {
     /// Binds the terminal's endpoint; connects later, on the first flow or [`Terminal::warm`].
     pub fn start(t: &TunnelConfig, reg: Arc<Registry>) -> Result<Arc<Terminal>, String> {
         Ok(Arc::new(Terminal {
-            ep: endpoint(t)?,
+            // A terminal admits nobody: it only connects.
+            ep: endpoint(t, &Arc::new(Admission::default()))?,
             peer: t.peer.expect("resolved config has the terminal's peer"),
             peer_name: t.peer_name.clone(),
             conn: tokio::sync::Mutex::new(None),

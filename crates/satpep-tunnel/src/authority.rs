@@ -61,6 +61,14 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `days` as a certificate's life, or why not.
+pub fn check_days(days: u32) -> Result<(), String> {
+    if days == 0 || days > MAX_DAYS {
+        return Err(format!("--days {days}: from 1 to {MAX_DAYS}"));
+    }
+    Ok(())
+}
+
 /// One certificate the CA issued, as `issued.tsv` records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issued {
@@ -101,6 +109,14 @@ impl Authority {
     pub fn open_or_make(dir: &Path) -> Result<(Authority, bool), String> {
         if dir.join(CA_KEY).exists() {
             return Authority::open(dir).map(|a| (a, false));
+        }
+        // A satpep's copy of the CA (its certificate without the key, as it should be): a new
+        // CA here would replace the deployment's certificate and cut this satpep off.
+        if dir.join(CA_PEM).exists() {
+            return Err(format!(
+                "{} has the CA's certificate but not its key ({CA_KEY}): run this where the CA's key is, or give another --dir for a new CA",
+                dir.display()
+            ));
         }
         fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let key = KeyPair::generate().map_err(|e| e.to_string())?;
@@ -159,9 +175,7 @@ impl Authority {
         days: u32,
     ) -> Result<String, String> {
         check_name(name)?;
-        if days == 0 || days > MAX_DAYS {
-            return Err(format!("--days {days}: from 1 to {MAX_DAYS}"));
-        }
+        check_days(days)?;
         let mut p = CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
         p.distinguished_name.push(DnType::CommonName, name);
         p.extended_key_usages = vec![
@@ -537,6 +551,10 @@ mod tests {
         assert!(Authority::open(&term)
             .unwrap_err()
             .contains("cannot read the CA's key"));
+        // A satpep's copy of the CA is never replaced by a new one.
+        fs::copy(ca.ca_pem(), term.join("ca.pem")).unwrap();
+        let e = Authority::open_or_make(&term).unwrap_err();
+        assert!(e.contains("not its key"), "{e}");
         for d in [ca_dir, term] {
             fs::remove_dir_all(d).unwrap();
         }

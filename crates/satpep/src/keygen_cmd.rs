@@ -2,7 +2,7 @@
 //! a CA that signs each terminal's own request, with expiry and revocation, for a hub.
 
 use clap::{Args, Subcommand};
-use satpep_tunnel::authority::{self, Authority, DEFAULT_DAYS, MAX_DAYS};
+use satpep_tunnel::authority::{self, Authority, DEFAULT_DAYS};
 use std::path::PathBuf;
 
 /// Make a private CA and certificates for the satpeps of a deployment.
@@ -101,18 +101,11 @@ enum Verb {
     },
 }
 
-fn days_ok(days: u32) -> Result<(), String> {
-    if days == 0 || days > MAX_DAYS {
-        return Err(format!("--days {days}: from 1 to {MAX_DAYS}"));
-    }
-    Ok(())
-}
-
 /// Runs `satpep keygen`.
 pub fn main(c: KeygenCmd) -> Result<(), String> {
     match c.verb {
         None => {
-            days_ok(c.days)?;
+            authority::check_days(c.days)?;
             let g = satpep_tunnel::keys::keygen(&c.dir, &c.names, c.days, c.force)?;
             if g.new_ca {
                 println!(
@@ -143,7 +136,7 @@ pub fn main(c: KeygenCmd) -> Result<(), String> {
             days,
             force,
         }) => {
-            days_ok(days)?;
+            authority::check_days(days)?;
             let ca = Authority::open(&dir)?;
             let out = out.unwrap_or_else(|| dir.clone());
             for r in requests {
