@@ -72,7 +72,12 @@ impl TunnelStatus {
         let f = TunnelFigures::of(&t.conn, &t.readings);
         TunnelStatus {
             name: t.name.clone(),
-            peer: t.conn.remote_address().to_string(),
+            // As the flows show their addresses: an IPv4 peer of the dual-stack socket
+            // without its ::ffff: prefix.
+            peer: {
+                let a = t.conn.remote_address();
+                std::net::SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
+            },
             flows: t
                 .flows
                 .as_ref()

@@ -52,8 +52,22 @@ enum Cmd {
     Generate(generate_cmd::GenerateCmd),
 }
 
+/// Commands that only print: a reader that stops early (`| head`) ends them quietly, as it
+/// does any Unix tool, instead of a panic on the broken pipe. The proxy, the link and the
+/// lab keep Rust's default (SIGPIPE ignored): their sockets' writes must fail, not kill them.
+fn printing_only(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Status(_) | Cmd::Keygen(_) | Cmd::Generate(_) | Cmd::Cc(_)
+    )
+}
+
 fn main() {
     let cli = Cli::parse();
+    if printing_only(&cli.cmd) {
+        // SAFETY: restoring the default disposition of one signal before any thread runs.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let r = match cli.cmd {
         Cmd::Link(c) => link_cmd::main(*c),
         Cmd::Lab(c) => lab_cmd::main(c),

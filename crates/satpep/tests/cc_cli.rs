@@ -122,3 +122,30 @@ fn a_controller_pinned_by_another_build_is_replaced_by_this_builds() {
     assert!(ok, "{err}");
     assert!(markers().is_empty() && !dir.join(name).exists());
 }
+
+/// Not `cc` alone: every command that only prints (status, keygen, generate, cc) ends
+/// quietly when its reader stops early (`| head`), as Unix tools do, instead of panicking on
+/// the broken pipe.
+#[test]
+fn a_printing_command_whose_reader_stops_early_ends_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = satpep()
+        .args(["generate", "completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read a little (the script is ~70 KB, more than a pipe holds), then stop reading.
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        out.status
+    );
+}
