@@ -726,6 +726,13 @@ SAT_FN bool short_queue(const struct sat_model *m, const struct sat_ack *a)
 	return (m->phase == SAT_CRUISE || pushing) && m->r.read && m->r.max_queue < ceiling;
 }
 
+/* The buffer is shallower than the slack: the round's highest queue is its depth (four
+ * segments' time at least). */
+SAT_FN void know_buffer(struct sat_model *m, const struct sat_ack *a)
+{
+	m->noise.buffer_us = max(m->r.max_queue, segs_time(m, a, 4));
+}
+
 /* Shallow buffer: a round that lost more than the channel's noise explains (the noise as
  * drains measured it: a drain's window is below the path's, so no buffer overflows then),
  * though its queue never reached three quarters of the slack the window keeps, met a buffer
@@ -746,7 +753,7 @@ SAT_STEP learn_buffer(struct sat_model *m, const struct sat_ack *a)
 	if (++m->noise.shallow_rounds < SHALLOW_ROUNDS)
 		return 0;
 	m->noise.shallow_rounds = 0;
-	m->noise.buffer_us = max(m->r.max_queue, segs_time(m, a, 4));
+	know_buffer(m, a);
 	return 0;
 }
 
@@ -1157,7 +1164,7 @@ SAT_STEP update_phase(struct sat_model *m, struct sat_window *w, const struct sa
 
 		if (m->noise.drains && !m->noise.buffer_us && short_queue(m, a) &&
 		    (u64)m->r.lost * USEC_PER_SEC > 4 * total * m->noise.clean_ppm)
-			m->noise.buffer_us = max(m->r.max_queue, segs_time(m, a, 4));
+			know_buffer(m, a);
 		m->r.reacted = 1;
 		set_bw(m, m->f.bw ? min(m->f.bw, max(got, m->f.bw / 2)) : got);
 		if (m->f.bw) {

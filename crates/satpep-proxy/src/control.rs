@@ -71,17 +71,10 @@ impl TunnelStatus {
     fn of(t: &crate::registry::Tunnel, reg: &Registry) -> TunnelStatus {
         let f = TunnelFigures::of(&t.conn, &t.readings);
         TunnelStatus {
-            name: t.name.clone(),
-            // As the flows show their addresses: an IPv4 peer of the dual-stack socket
-            // without its ::ffff: prefix.
-            peer: {
-                let a = t.conn.remote_address();
-                std::net::SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
-            },
-            flows: t
-                .flows
-                .as_ref()
-                .map_or(reg.live().len() as u64, |n| n.load(Relaxed)),
+            name: t.id.name.clone(),
+            peer: std::net::SocketAddr::new(t.peer_ip(), t.conn.remote_address().port())
+                .to_string(),
+            flows: t.flows_now(reg),
             rtt_ms: f.rtt.as_secs_f64() * 1e3,
             min_rtt_ms: f.min_rtt.as_secs_f64() * 1e3,
             model_rate_bps: (f.model_rate > 0).then_some(f.model_rate * 8),
@@ -124,8 +117,8 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         .iter()
         .map(|t| {
             (
-                t.conn.remote_address().ip().to_canonical().to_string(),
-                t.name.clone(),
+                t.peer_ip().to_string(),
+                t.id.name.clone(),
                 TunnelFigures::of(&t.conn, &t.readings),
             )
         })
@@ -146,15 +139,10 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
         ),
     }
     let flows = Labelled::<Gauge<f64, AtomicU64>>::default();
-    for t in &tunnels {
-        let n = match &t.flows {
-            Some(n) => n.load(Relaxed),
-            None => reg.live().len() as u64,
-        };
-        let peer = t.conn.remote_address().ip().to_canonical().to_string();
+    for (t, (peer, name, _)) in tunnels.iter().zip(&figures) {
         flows
-            .get_or_create(&labels(&[("peer", &peer), ("name", &t.name)]))
-            .set(n as f64);
+            .get_or_create(&labels(&[("peer", peer), ("name", name)]))
+            .set(t.flows_now(reg) as f64);
     }
     r.register(
         "tunnel_flows",

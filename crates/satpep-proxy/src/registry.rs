@@ -210,12 +210,28 @@ pub struct Tunnel {
     pub conn: quinn::Connection,
     /// What its satellite controller publishes.
     pub readings: Arc<Readings>,
-    /// The peer by its certificate's name: the terminal's at a gateway, the gateway's
-    /// (`tunnel.peer_name`) at a terminal. Stable across reconnections, unlike the address.
-    pub name: String,
+    /// The peer by its certificate: at a gateway the terminal's name and serial (what a
+    /// reload checks), at a terminal the gateway's name (`tunnel.peer_name`; no serial).
+    /// The name is stable across reconnections, unlike the address.
+    pub id: satpep_tunnel::admission::PeerId,
     /// Flows it carries now (a gateway's count per terminal; `None` at a terminal, whose one
     /// tunnel carries every live connection).
     pub flows: Option<Arc<AtomicU64>>,
+}
+
+impl Tunnel {
+    /// The peer's address without its port (a terminal's changes at every reconnection)
+    /// and, for an IPv4 peer of the dual-stack socket, without its `::ffff:` prefix.
+    pub fn peer_ip(&self) -> std::net::IpAddr {
+        self.conn.remote_address().ip().to_canonical()
+    }
+
+    /// The flows it carries now; at a terminal, every live connection of `reg`.
+    pub fn flows_now(&self, reg: &Registry) -> u64 {
+        self.flows
+            .as_ref()
+            .map_or(reg.live().len() as u64, |n| n.load(Relaxed))
+    }
 }
 
 /// Live connections plus totals.

@@ -292,13 +292,16 @@ impl Terminal {
             }
         };
         info!(gateway = %self.peer, name = %self.peer_name, "tunnel up");
-        tokio::spawn(watch(
-            c.clone(),
+        let t = crate::registry::Tunnel {
+            conn: c.clone(),
             readings,
-            self.reg.clone(),
-            self.peer_name.clone(),
-            None,
-        ));
+            id: PeerId {
+                name: self.peer_name.clone(),
+                serial: Vec::new(),
+            },
+            flows: None,
+        };
+        tokio::spawn(watch(t, self.reg.clone()));
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -567,9 +570,6 @@ impl LogBudget {
     }
 }
 
-/// The gateway's live connections, by quinn's stable id, with the terminal each carries.
-type Live = Arc<std::sync::Mutex<std::collections::HashMap<usize, (quinn::Connection, PeerId)>>>;
-
 /// The terminal a connection authenticated as (its certificate's name and serial).
 fn terminal_of(c: &quinn::Connection) -> Option<PeerId> {
     let certs = c
@@ -598,7 +598,6 @@ pub async fn run_gateway(
     info!(listen = %t.listen, congestion = t.hop.congestion.name(), "tunnel gateway listening");
     tokio::pin!(shutdown);
     let refusals = Arc::new(LogBudget::new(REFUSAL_LOG_INTERVAL));
-    let live: Live = Default::default();
     let mut admission_open = true;
     loop {
         tokio::select! {
@@ -614,21 +613,14 @@ pub async fn run_gateway(
                     warn!(error = %e, "reload: the gateway keeps admitting as before");
                     continue;
                 }
-                let closed: Vec<(quinn::Connection, PeerId, String)> = live
-                    .lock()
-                    .unwrap()
-                    .values()
-                    .filter_map(|(c, id)| now.check_id(id).err().map(|why| (c.clone(), id.clone(), why)))
-                    .collect();
-                for (c, id, why) in closed {
-                    warn!(terminal = %id.name, from = %c.remote_address(), reason = %why, "closing the connection of a terminal no longer admitted");
-                    c.close(CODE_NOT_ADMITTED, why.as_bytes());
+                for t in reg.tunnels() {
+                    close_unless_admitted(&t, &now);
                 }
                 info!(lists_names = now.lists_names(), revoked = now.revoked_count(), "tunnel admission reloaded");
             }
             inc = ep.endpoint.accept() => {
                 let Some(inc) = inc else { break };
-                let (leg, reg, refusals, live) = (leg.clone(), reg.clone(), refusals.clone(), live.clone());
+                let (leg, reg, refusals, admits) = (leg.clone(), reg.clone(), refusals.clone(), admission.clone());
                 let (config, readings) = ep.server_for(inc.remote_address());
                 tokio::spawn(async move {
                     let from = inc.remote_address();
@@ -648,8 +640,12 @@ pub async fn run_gateway(
                     let id = terminal_of(&conn).unwrap_or(PeerId { name: "?".into(), serial: Vec::new() });
                     info!(%from, terminal = %id.name, "tunnel peer authenticated");
                     let flows = Arc::new(AtomicU64::new(0));
-                    tokio::spawn(watch(conn.clone(), readings, reg.clone(), id.name.clone(), Some(flows.clone())));
-                    live.lock().unwrap().insert(conn.stable_id(), (conn.clone(), id));
+                    let t = crate::registry::Tunnel { conn: conn.clone(), readings, id, flows: Some(flows.clone()) };
+                    tokio::spawn(watch(t.clone(), reg.clone()));
+                    // Its handshake was checked against the admission of its accept: a
+                    // reload since, whose sweep ran before `watch` registered it, is
+                    // checked here.
+                    close_unless_admitted(&t, &admits.borrow());
                     loop {
                         match conn.accept_bi().await {
                             Ok((send, recv)) => {
@@ -666,7 +662,6 @@ pub async fn run_gateway(
                             }
                         }
                     }
-                    live.lock().unwrap().remove(&conn.stable_id());
                 });
             }
         }
@@ -767,30 +762,36 @@ fn log_stats(c: &quinn::Connection, r: &Readings, closing: bool) {
     }
 }
 
-/// Keeps a connection, its controller's readings and its peer's name in `reg` (for
-/// `/metrics` and `/connections`) while it lives, and logs its figures every 5 s (debug)
+/// Closes `t` if `admission` no longer admits its terminal (a reload revoked or unlisted
+/// it), saying why in the log and in the close.
+fn close_unless_admitted(t: &crate::registry::Tunnel, admission: &Admission) {
+    if let Err(why) = admission.check_id(&t.id) {
+        warn!(terminal = %t.id.name, from = %t.conn.remote_address(), reason = %why, "closing the connection of a terminal no longer admitted");
+        t.conn.close(CODE_NOT_ADMITTED, why.as_bytes());
+    }
+}
+
+/// Keeps tunnel `t` in `reg` (for `/metrics`, `/connections` and a reload's check) from the
+/// call, not from the first poll, while it lives, and logs its figures every 5 s (debug)
 /// and when it closes (info).
-async fn watch(
-    c: quinn::Connection,
-    r: Arc<Readings>,
-    reg: Arc<Registry>,
-    name: String,
-    flows: Option<Arc<AtomicU64>>,
-) {
-    reg.tunnel_up(crate::registry::Tunnel {
-        conn: c.clone(),
-        readings: r.clone(),
-        name,
-        flows,
-    });
+fn watch(t: crate::registry::Tunnel, reg: Arc<Registry>) -> impl std::future::Future<Output = ()> {
+    reg.tunnel_up(t.clone());
+    let (c, r) = (t.conn, t.readings);
+    async move {
+        watching(&c, &r).await;
+        reg.tunnel_down(&c);
+        log_stats(&c, &r, true);
+    }
+}
+
+/// Logs `c`'s figures every 5 s until it closes.
+async fn watching(c: &quinn::Connection, r: &Readings) {
     loop {
         tokio::select! {
             _ = c.closed() => break,
-            _ = tokio::time::sleep(Duration::from_secs(5)) => log_stats(&c, &r, false),
+            _ = tokio::time::sleep(Duration::from_secs(5)) => log_stats(c, r, false),
         }
     }
-    reg.tunnel_down(&c);
-    log_stats(&c, &r, true);
 }
 
 /// Reads a flow header; the flow bytes that came with it stay in `reader`.
