@@ -19,6 +19,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Keeps the emulated link quiet: no MLD reports or router solicitations from the routers
+/// cross it, so only experiment traffic does and a seeded loss pattern is reproducible.
+const QUIET_LINK: &str = "table inet satpep_lab {\n chain out { type filter hook output priority 0; oifname \"to-link\" icmpv6 type { mld-listener-report, mld2-listener-report, mld-listener-done, nd-router-solicit } drop; }\n}\n";
+
+/// Frames crossing the userspace emulator must be whole, checksummed wire frames: no
+/// TSO/GSO super-frames and no checksums left for hardware on the routers' side.
+const LINK_OFFLOADS_OFF: [&str; 10] = [
+    "-K", "to-link", "tso", "off", "gso", "off", "gro", "off", "tx", "off",
+];
+
 /// Where lab state lives.
 pub const STATE_ROOT: &str = "/run/satpep/lab";
 
@@ -91,6 +101,20 @@ pub struct HostInfo {
     pub ipv6: Vec<String>,
 }
 
+/// A star's other node (`clientK`, `terminalK`) and its addresses, as `lab up --json`
+/// prints them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NodeInfo {
+    /// Node name (the key `lab up --json` gives every host).
+    pub host: String,
+    /// Network namespace name.
+    pub netns: String,
+    /// IPv4 addresses with prefix length.
+    pub ipv4: Vec<String>,
+    /// IPv6 addresses with prefix length.
+    pub ipv6: Vec<String>,
+}
+
 /// Client's IPv4 address.
 pub const CLIENT_V4: &str = "198.18.1.2";
 /// Server's IPv4 address.
@@ -103,6 +127,102 @@ pub const SERVER_V6: &str = "2001:2:0:3::2";
 const TERMINAL_SAT_MAC: &str = "02:00:c6:12:02:01";
 /// Gateway's MAC on the satellite segment.
 const GATEWAY_SAT_MAC: &str = "02:00:c6:12:02:02";
+
+/// Most terminals a lab holds (`lab up --terminals`): terminal K's client subnet is
+/// 198.19.K.0/24 and its address on the satellite segment 198.18.2.(10 + K).
+pub const MAX_TERMINALS: u16 = 240;
+
+/// One terminal of a lab and the client behind it: namespaces and addresses. Terminal 1 is
+/// the lab's `terminal` and `client` hosts (the line testbed); a star's others, 2 to N, are
+/// `terminalK` and `clientK`, each client on its own subnet behind its own terminal, every
+/// terminal on the one satellite segment to the gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Site {
+    /// 1 to N.
+    pub index: u16,
+    /// The terminal's node name (`terminal`, `terminal2`, …): its namespace's suffix, its
+    /// proxy's configuration and log, its tunnel certificate's name.
+    pub terminal: String,
+    /// The client's node name (`client`, `client2`, …).
+    pub client: String,
+    /// The client's IPv4 address.
+    pub client_v4: String,
+    /// The client's IPv6 address.
+    pub client_v6: String,
+    /// The client's IPv4 subnet (with prefix length).
+    pub client_net_v4: String,
+    /// The client's IPv6 subnet.
+    pub client_net_v6: String,
+    /// The terminal's IPv4 address on the client's subnet (the client's router).
+    pub router_v4: String,
+    /// The terminal's IPv6 address on the client's subnet.
+    pub router_v6: String,
+    /// The terminal's IPv4 address on the satellite segment.
+    pub sat_v4: String,
+    /// The terminal's IPv6 address on the satellite segment.
+    pub sat_v6: String,
+    /// The terminal's MAC on the satellite segment (static neighbour entries need it).
+    pub mac: String,
+}
+
+/// Terminal `k` (1 to [`MAX_TERMINALS`]) of any lab.
+pub fn site(k: u16) -> Site {
+    assert!((1..=MAX_TERMINALS).contains(&k), "terminal {k}");
+    if k == 1 {
+        return Site {
+            index: 1,
+            terminal: "terminal".into(),
+            client: "client".into(),
+            client_v4: CLIENT_V4.into(),
+            client_v6: CLIENT_V6.into(),
+            client_net_v4: "198.18.1.0/24".into(),
+            client_net_v6: "2001:2:0:1::/64".into(),
+            router_v4: TERMINAL_CLIENT_V4.into(),
+            router_v6: "2001:2:0:1::1".into(),
+            sat_v4: "198.18.2.1".into(),
+            sat_v6: "2001:2:0:2::1".into(),
+            mac: TERMINAL_SAT_MAC.into(),
+        };
+    }
+    let host = 10 + k;
+    // Inside 2001:2::/48: the fourth group is the subnet.
+    let net6 = 0x100 + k;
+    Site {
+        index: k,
+        terminal: format!("terminal{k}"),
+        client: format!("client{k}"),
+        client_v4: format!("198.19.{k}.2"),
+        client_v6: format!("2001:2:0:{net6:x}::2"),
+        client_net_v4: format!("198.19.{k}.0/24"),
+        client_net_v6: format!("2001:2:0:{net6:x}::/64"),
+        router_v4: format!("198.19.{k}.1"),
+        router_v6: format!("2001:2:0:{net6:x}::1"),
+        sat_v4: format!("198.18.2.{host}"),
+        sat_v6: format!("2001:2:0:2::{host:x}"),
+        mac: format!("02:00:c6:12:02:{host:02x}"),
+    }
+}
+
+/// The node a name such as `gateway`, `client3` or `terminal12` names in a lab of
+/// `terminals` terminals: its namespace's suffix, checked.
+pub fn parse_node(s: &str, terminals: u16) -> Result<String, String> {
+    if Host::parse(s).is_ok() {
+        return Ok(s.into());
+    }
+    let k = ["client", "terminal"]
+        .iter()
+        .find_map(|p| s.strip_prefix(p)?.parse::<u16>().ok());
+    match k {
+        Some(1) => Ok(s.trim_end_matches('1').into()),
+        Some(k) if (2..=terminals).contains(&k) => Ok(s.into()),
+        Some(_) => Err(format!(
+            "no {s} in this lab: it has {terminals} terminal(s) (a star's clientK and terminalK, K = 2 to N)"
+        )),
+        None => Err(format!(
+            "unknown host '{s}' (hosts: client, terminal, link, gateway, server; a star's clientK and terminalK)"
+        )),
+    }
+}
 
 /// What `lab up` records, and `lab down` / `lab exec` read.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -121,6 +241,16 @@ pub struct LabState {
     pub log_filter: Option<String>,
     /// Hosts and addresses.
     pub hosts: Vec<HostInfo>,
+    /// Terminals sharing the satellite segment (1: the line testbed).
+    #[serde(default = "one_terminal")]
+    pub terminals: u16,
+    /// A star's other terminals and clients (2 to N) and their addresses.
+    #[serde(default)]
+    pub star: Vec<NodeInfo>,
+}
+
+fn one_terminal() -> u16 {
+    1
 }
 
 /// Checks a lab name: short, and safe in namespace and file names.
@@ -142,7 +272,12 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 /// Namespace name of `host` in lab `name`.
 pub fn netns(name: &str, host: Host) -> String {
-    format!("sp-{name}-{}", host.name())
+    node_netns(name, host.name())
+}
+
+/// Namespace name of node `node` (a host's name, or a star's `clientK` / `terminalK`).
+pub fn node_netns(name: &str, node: &str) -> String {
+    format!("sp-{name}-{node}")
 }
 
 /// Directory holding lab `name`'s state.
@@ -172,6 +307,36 @@ fn hosts(name: &str) -> Vec<HostInfo> {
         ),
         h(Host::Server, &["198.18.3.2/24"], &["2001:2:0:3::2/64"]),
     ]
+}
+
+/// A star's other terminals and clients (2 to N), as `lab up --json` prints them.
+fn star_hosts(name: &str, terminals: u16) -> Vec<NodeInfo> {
+    (2..=terminals)
+        .flat_map(|k| {
+            let st = site(k);
+            let len = |net: &str| net.rsplit('/').next().unwrap_or("24").to_string();
+            [
+                NodeInfo {
+                    host: st.client.clone(),
+                    netns: node_netns(name, &st.client),
+                    ipv4: vec![format!("{}/{}", st.client_v4, len(&st.client_net_v4))],
+                    ipv6: vec![format!("{}/{}", st.client_v6, len(&st.client_net_v6))],
+                },
+                NodeInfo {
+                    host: st.terminal.clone(),
+                    netns: node_netns(name, &st.terminal),
+                    ipv4: vec![
+                        format!("{}/{}", st.router_v4, len(&st.client_net_v4)),
+                        format!("{}/24", st.sat_v4),
+                    ],
+                    ipv6: vec![
+                        format!("{}/{}", st.router_v6, len(&st.client_net_v6)),
+                        format!("{}/64", st.sat_v6),
+                    ],
+                },
+            ]
+        })
+        .collect()
 }
 
 /// Makes sure congestion control `cc` is registered: satpep's bundled ones are loaded and
@@ -204,6 +369,8 @@ pub struct UpOptions {
     pub check: bool,
     /// Run the split proxy on the terminal and gateway.
     pub pep: Option<Pep>,
+    /// Terminals sharing the satellite segment, 1 to [`MAX_TERMINALS`] (1: the line).
+    pub terminals: u16,
 }
 
 /// How traffic crosses the link: the one place that knows the PEP modes (scenario files'
@@ -354,6 +521,7 @@ pub struct Pep {
 fn proxy_file(
     pep: &Pep,
     host: Host,
+    cert: &str,
     link: &satpep_link::config::LinkConfig,
     keys: &Path,
     spliced_limit: Option<u32>,
@@ -420,8 +588,8 @@ fn proxy_file(
                 role: Some(role.into()),
                 peer: (!gateway).then(|| "198.18.2.2:7701".into()),
                 ca: key("ca.pem"),
-                cert: key(&format!("{role}.pem")),
-                key: key(&format!("{role}.key")),
+                cert: key(&format!("{cert}.pem")),
+                key: key(&format!("{cert}.key")),
                 congestion: Some(cc.clone()),
                 rate: bps(send),
                 receive_rate: bps(receive),
@@ -483,6 +651,7 @@ impl Default for UpOptions {
             satpep_bin: std::env::current_exe().unwrap_or_else(|_| "satpep".into()),
             check: true,
             pep: None,
+            terminals: 1,
         }
     }
 }
@@ -495,7 +664,7 @@ pub struct Lab {
     emulator: Option<Child>,
     /// Running proxies, each with the socket it reports readiness on (kept open while it
     /// runs: it also reports reloads and its stop there).
-    proxies: Vec<(Host, Child, UnixDatagram)>,
+    proxies: Vec<(String, Child, UnixDatagram)>,
     satpep_bin: PathBuf,
     attached: bool,
 }
@@ -622,7 +791,8 @@ pub fn teardown(name: &str) -> Result<Vec<String>, String> {
     }
     let prefix = format!("sp-{name}-");
     for ns in existing_netns() {
-        if ns.starts_with(&prefix) && Host::parse(&ns[prefix.len()..]).is_ok() {
+        let node = &ns[ns.len().min(prefix.len())..];
+        if ns.starts_with(&prefix) && parse_node(node, MAX_TERMINALS).is_ok_and(|n| n == node) {
             run("ip", &["netns", "del", &ns])?;
             removed.push(ns);
         }
@@ -643,13 +813,21 @@ impl Lab {
         check_name(name)?;
         require_root()?;
         spec.resolve()?;
+        if !(1..=MAX_TERMINALS).contains(&opts.terminals) {
+            return Err(format!(
+                "--terminals {}: a lab has 1 to {MAX_TERMINALS} terminals",
+                opts.terminals
+            ));
+        }
         let dir = state_dir(name);
         if dir.join("state.json").exists() {
             return Err(format!(
                 "lab '{name}' already exists (remove it with `satpep lab down {name}`)"
             ));
         }
-        let nss: Vec<String> = Host::ALL.iter().map(|h| netns(name, *h)).collect();
+        let star = star_hosts(name, opts.terminals);
+        let mut nss: Vec<String> = Host::ALL.iter().map(|h| netns(name, *h)).collect();
+        nss.extend(star.iter().map(|n| n.netns.clone()));
         if let Some(ns) = existing_netns().iter().find(|n| nss.contains(n)) {
             return Err(format!(
                 "namespace {ns} already exists (left by a crashed lab? `satpep lab down {name}`)"
@@ -664,6 +842,8 @@ impl Lab {
             proxy_pids: Vec::new(),
             log_filter: None,
             hosts: hosts(name),
+            terminals: opts.terminals,
+            star,
         };
         write_state(&state)?;
         let mut lab = Lab {
@@ -855,20 +1035,177 @@ impl Lab {
                 "route add default via 2001:2:0:3::1".into(),
             ],
         )?;
-        // Keep the emulated link quiet: no MLD reports or router solicitations from the routers
-        // cross it, so only experiment traffic does and a seeded loss pattern is reproducible.
-        let quiet = "table inet satpep_lab {\n chain out { type filter hook output priority 0; oifname \"to-link\" icmpv6 type { mld-listener-report, mld2-listener-report, mld-listener-done, nd-router-solicit } drop; }\n}\n";
         for host in [Host::Terminal, Host::Gateway] {
-            self.nft(host, quiet)?;
+            self.nft(host, QUIET_LINK)?;
         }
-        // Frames crossing the userspace emulator must be whole, checksummed wire frames:
-        // no TSO/GSO super-frames and no checksums left for hardware on the routers' side.
         for host in [Host::Terminal, Host::Gateway] {
-            self.run_in(
-                host,
+            self.run_in(host, "ethtool", &LINK_OFFLOADS_OFF)?;
+        }
+        self.build_star()
+    }
+
+    /// A star's other terminals (2 to N), each with its client: every terminal's satellite
+    /// interface becomes a port of a bridge in the link namespace whose one other port faces
+    /// the emulator, so all terminals share the one emulated carrier as a gateway's beam is
+    /// shared. The bridge forwards by static entries (no learning, no flooding across the
+    /// link) and its terminal ports are isolated: terminals reach one another only through
+    /// the gateway, as across a satellite.
+    fn build_star(&self) -> Result<(), String> {
+        let n = self.state.terminals;
+        if n < 2 {
+            return Ok(());
+        }
+        let [_, _, l, g, _] = Host::ALL.map(|h| self.ns(h));
+        let sites: Vec<Site> = (2..=n).map(site).collect();
+        let ns = |node: &str| node_netns(&self.name, node);
+        for st in &sites {
+            self.sysctls(
+                &ns(&st.client),
+                &[
+                    "net.ipv6.conf.all.accept_dad=0",
+                    "net.ipv6.conf.default.accept_dad=0",
+                    "net.ipv4.tcp_rmem=4096 131072 134217728",
+                    "net.ipv4.tcp_wmem=4096 65536 134217728",
+                    "net.ipv4.tcp_no_metrics_save=1",
+                ],
+            )?;
+            use satpep_proxy::preflight::{sysctl_triple, HOST_SYSCTLS};
+            let mut kv: Vec<String> = HOST_SYSCTLS
+                .iter()
+                .map(|&(k, v)| format!("{k}={}", sysctl_triple(v)))
+                .collect();
+            kv.extend(
+                [
+                    "net.ipv6.conf.all.accept_dad=0",
+                    "net.ipv6.conf.default.accept_dad=0",
+                    "net.ipv4.ip_forward=1",
+                    "net.ipv6.conf.all.forwarding=1",
+                    "net.ipv4.tcp_no_metrics_save=1",
+                ]
+                .map(String::from),
+            );
+            let kv: Vec<&str> = kv.iter().map(String::as_str).collect();
+            self.sysctls(&ns(&st.terminal), &kv)?;
+        }
+        // Terminal 1's link-side end becomes bridge port t1; the emulator's `to-term` faces
+        // the bridge through star0.
+        let mut links = vec![
+            "link set to-term down".to_string(),
+            "link set to-term name t1".into(),
+            "link add to-term type veth peer name star0".into(),
+            "link add star type bridge stp_state 0 mcast_snooping 0".into(),
+        ];
+        for st in &sites {
+            let (c, t) = (ns(&st.client), ns(&st.terminal));
+            links.push(format!(
+                "link add {CLIENT_DEV} netns {c} type veth peer name {TERMINAL_CLIENT_DEV} netns {t}"
+            ));
+            links.push(format!(
+                "link add t{} type veth peer name to-link netns {t} address {}",
+                st.index, st.mac
+            ));
+        }
+        ip_batch(Some(&l), &links)?;
+        let mut bridge = vec![
+            "link set star0 master star".to_string(),
+            "link set star0 up".into(),
+            "link set to-term up".into(),
+            "link set star up".into(),
+        ];
+        for k in 1..=n {
+            bridge.push(format!("link set t{k} master star"));
+            bridge.push(format!("link set t{k} up"));
+        }
+        ip_batch(Some(&l), &bridge)?;
+        // Static forwarding: each terminal's MAC on its port, the gateway's towards the link.
+        let mut fdb = vec![
+            "link set dev t1 isolated on learning off".to_string(),
+            format!("fdb replace {TERMINAL_SAT_MAC} dev t1 master static"),
+            format!("fdb replace {GATEWAY_SAT_MAC} dev star0 master static"),
+            "link set dev star0 learning off".into(),
+        ];
+        for st in &sites {
+            fdb.push(format!(
+                "link set dev t{} isolated on learning off",
+                st.index
+            ));
+            fdb.push(format!(
+                "fdb replace {} dev t{} master static",
+                st.mac, st.index
+            ));
+        }
+        crate::sys::run_stdin_in(
+            &l,
+            "bridge",
+            &["-batch", "-"],
+            &fdb.join("\n"),
+            &format!("bridge in {l}"),
+        )?;
+        let up = |dev: &str| format!("link set {dev} up");
+        let mut gw = Vec::new();
+        for st in &sites {
+            ip_batch(
+                Some(&ns(&st.client)),
+                &[
+                    up("lo"),
+                    up(CLIENT_DEV),
+                    format!("addr add {}/24 dev {CLIENT_DEV}", st.client_v4),
+                    format!("addr add {}/64 dev {CLIENT_DEV} nodad", st.client_v6),
+                    format!("route add default via {}", st.router_v4),
+                    format!("route add default via {}", st.router_v6),
+                ],
+            )?;
+            ip_batch(
+                Some(&ns(&st.terminal)),
+                &[
+                    up("lo"),
+                    up(TERMINAL_CLIENT_DEV),
+                    up("to-link"),
+                    format!("addr add {}/24 dev {TERMINAL_CLIENT_DEV}", st.router_v4),
+                    format!(
+                        "addr add {}/64 dev {TERMINAL_CLIENT_DEV} nodad",
+                        st.router_v6
+                    ),
+                    format!("addr add {}/24 dev to-link", st.sat_v4),
+                    format!("addr add {}/64 dev to-link nodad", st.sat_v6),
+                    "route add default via 198.18.2.2".into(),
+                    "route add default via 2001:2:0:2::2".into(),
+                    format!(
+                        "neigh add 198.18.2.2 lladdr {GATEWAY_SAT_MAC} dev to-link nud permanent"
+                    ),
+                    format!(
+                        "neigh add 2001:2:0:2::2 lladdr {GATEWAY_SAT_MAC} dev to-link nud permanent"
+                    ),
+                ],
+            )?;
+            gw.push(format!("route add {} via {}", st.client_net_v4, st.sat_v4));
+            gw.push(format!("route add {} via {}", st.client_net_v6, st.sat_v6));
+            gw.push(format!(
+                "neigh add {} lladdr {} dev to-link nud permanent",
+                st.sat_v4, st.mac
+            ));
+            gw.push(format!(
+                "neigh add {} lladdr {} dev to-link nud permanent",
+                st.sat_v6, st.mac
+            ));
+        }
+        ip_batch(Some(&g), &gw)?;
+        for st in &sites {
+            let t = ns(&st.terminal);
+            crate::sys::run_stdin_in(&t, "nft", &["-f", "-"], QUIET_LINK, &format!("nft in {t}"))?;
+            crate::sys::run_in(&t, "ethtool", &LINK_OFFLOADS_OFF)?;
+        }
+        // The bridge only passes frames on; none of its ports may hand it super-frames.
+        for dev in ["to-term", "star0"]
+            .into_iter()
+            .map(String::from)
+            .chain((1..=n).map(|k| format!("t{k}")))
+        {
+            crate::sys::run_in(
+                &l,
                 "ethtool",
                 &[
-                    "-K", "to-link", "tso", "off", "gso", "off", "gro", "off", "tx", "off",
+                    "-K", &dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off",
                 ],
             )?;
         }
@@ -927,7 +1264,7 @@ impl Lab {
     /// without bpffs, where the controllers' pins (`/sys/fs/bpf/satpep`) are not seen.
     fn spawn_satpep(
         &self,
-        host: Host,
+        ns_name: &str,
         args: &[&std::ffi::OsStr],
         log: &Path,
         what: &str,
@@ -936,7 +1273,7 @@ impl Lab {
         use std::os::unix::process::CommandExt;
         let logf = std::fs::File::create(log)
             .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let ns_path = Path::new("/run/netns").join(self.ns(host));
+        let ns_path = Path::new("/run/netns").join(ns_name);
         let ns = std::fs::File::open(&ns_path)
             .map_err(|e| format!("cannot open {}: {e}", ns_path.display()))?;
         let mut cmd = Command::new(&self.satpep_bin);
@@ -974,7 +1311,7 @@ impl Lab {
         std::fs::write(&cfg, absolute_traces(spec)?)
             .map_err(|e| format!("cannot write {}: {e}", cfg.display()))?;
         let mut child = self.spawn_satpep(
-            Host::Link,
+            &self.ns(Host::Link),
             &[
                 "link".as_ref(),
                 "--terminal".as_ref(),
@@ -1035,54 +1372,51 @@ impl Lab {
         self.state.log_filter = pep.log_filter.clone();
         let cfg = spec.resolve()?;
         let dir = state_dir(&self.name);
-        let hosts = [Host::Terminal, Host::Gateway];
-        let n = if pep.terminal_only { 1 } else { 2 };
-        // A tunnel's gateway starts first, so the terminal finds it listening.
-        let order: Vec<_> = if pep.tunnel.is_some() {
-            vec![Host::Gateway, Host::Terminal]
-        } else {
-            hosts[..n].to_vec()
-        };
+        // Each node with a proxy: its role and name. A tunnel's gateway starts first, so
+        // the terminals find it listening; a star's other terminals come last.
+        let mut order = vec![(Host::Terminal, "terminal".to_string())];
+        if pep.tunnel.is_some() {
+            order.insert(0, (Host::Gateway, "gateway".into()));
+        } else if !pep.terminal_only {
+            order.push((Host::Gateway, "gateway".into()));
+        }
+        order.extend((2..=self.state.terminals).map(|k| (Host::Terminal, site(k).terminal)));
         let keys = dir.join("keys");
         if pep.tunnel.is_some() && !keys.join("gateway.pem").exists() {
+            let names: Vec<String> = order.iter().map(|(_, n)| n.clone()).collect();
             satpep_tunnel::keys::keygen(
                 &keys,
-                &["terminal".into(), "gateway".into()],
+                &names,
                 satpep_tunnel::authority::DEFAULT_DAYS,
                 true,
             )?;
         }
-        for host in order {
-            let file = proxy_file(pep, host, &cfg, &keys, spliced_max_connections());
+        for (host, node) in order {
+            let file = proxy_file(pep, host, &node, &cfg, &keys, spliced_max_connections());
             // What the proxy will refuse, refused here with the lab's own words.
-            let text = toml::to_string(&file).map_err(|e| {
-                format!(
-                    "cannot write the {} proxy's configuration: {e}",
-                    host.name()
-                )
-            })?;
+            let text = toml::to_string(&file)
+                .map_err(|e| format!("cannot write the {node} proxy's configuration: {e}"))?;
             ProxyFile::parse(&text)
                 .and_then(|f| f.resolve())
-                .map_err(|e| format!("the {} proxy's configuration: {e}", host.name()))?;
+                .map_err(|e| format!("the {node} proxy's configuration: {e}"))?;
             let text = format!(
-                "# Written by satpep lab for the {} of lab {}.\n{text}",
-                host.name(),
+                "# Written by satpep lab for the {node} of lab {}.\n{text}",
                 self.name
             );
-            let path = dir.join(format!("proxy-{}.toml", host.name()));
+            let path = dir.join(format!("proxy-{node}.toml"));
             std::fs::write(&path, text).map_err(|e| e.to_string())?;
-            self.launch_proxy(host)?;
+            self.launch_proxy(&node)?;
         }
         Ok(())
     }
 
-    /// Starts `host`'s proxy from the configuration [`Lab::start_proxies`] wrote, and waits
-    /// until it intercepts.
-    fn launch_proxy(&mut self, host: Host) -> Result<(), String> {
+    /// Starts node `node`'s proxy (`terminal`, `gateway`, a star's `terminalK`) from the
+    /// configuration [`Lab::start_proxies`] wrote, and waits until it intercepts.
+    fn launch_proxy(&mut self, node: &str) -> Result<(), String> {
         let dir = state_dir(&self.name);
-        let path = dir.join(format!("proxy-{}.toml", host.name()));
-        let log = dir.join(format!("proxy-{}.log", host.name()));
-        let what = format!("the {} proxy", host.name());
+        let path = dir.join(format!("proxy-{node}.toml"));
+        let log = dir.join(format!("proxy-{node}.log"));
+        let what = format!("the {node} proxy");
         // Every connection's lines (debug, target satpep::connection) stay in a lab's logs:
         // they are how a run is checked afterwards. RUST_LOG, when set, decides instead.
         let filter = self
@@ -1095,14 +1429,14 @@ impl Lab {
         // intercepts (interception installed, privileges dropped), not when its nftables
         // table exists: after a crash the old table is still there while the new process
         // removes it and installs its own.
-        let sock = dir.join(format!("notify-{}.sock", host.name()));
+        let sock = dir.join(format!("notify-{node}.sock"));
         let _ = std::fs::remove_file(&sock);
         let notify = UnixDatagram::bind(&sock)
             .and_then(|s| s.set_nonblocking(true).map(|_| s))
             .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
         let notify_env = sock.display().to_string();
         let mut child = self.spawn_satpep(
-            host,
+            &node_netns(&self.name, node),
             &["proxy".as_ref(), "--config".as_ref(), path.as_os_str()],
             &log,
             &what,
@@ -1125,14 +1459,14 @@ impl Lab {
             }
             false
         })?;
-        self.proxies.push((host, child, notify));
+        self.proxies.push((node.to_string(), child, notify));
         Ok(())
     }
 
     /// Stops `host`'s proxy with `signal` (SIGTERM: a clean stop; SIGKILL: a crash) and waits
     /// until it has exited. Returns whether one was running.
     pub fn signal_proxy(&mut self, host: Host, signal: i32) -> bool {
-        let Some(i) = self.proxies.iter().position(|(h, ..)| *h == host) else {
+        let Some(i) = self.proxies.iter().position(|(h, ..)| h == host.name()) else {
             return false;
         };
         let (_, mut c, _) = self.proxies.remove(i);
@@ -1147,12 +1481,32 @@ impl Lab {
 
     /// Starts `host`'s proxy again after [`Lab::signal_proxy`], with the same configuration.
     pub fn restart_proxy(&mut self, host: Host) -> Result<(), String> {
-        self.launch_proxy(host)
+        self.launch_proxy(host.name())
     }
 
-    /// Hosts whose proxy is running, in start order.
+    /// The log of node `node`'s proxy (`terminal3`, …; empty if it has none).
+    pub fn node_proxy_log(&self, node: &str) -> String {
+        std::fs::read_to_string(state_dir(&self.name).join(format!("proxy-{node}.log")))
+            .unwrap_or_default()
+    }
+
+    /// Terminals and their clients, 1 to N.
+    pub fn sites(&self) -> Vec<Site> {
+        (1..=self.state.terminals).map(site).collect()
+    }
+
+    /// Namespace name of node `node` (a host's name, or a star's `clientK`/`terminalK`).
+    pub fn node_ns(&self, node: &str) -> String {
+        node_netns(&self.name, node)
+    }
+
+    /// Hosts whose proxy is running, in start order (the line's: a star's other terminals
+    /// are not among them).
     pub fn proxy_hosts(&self) -> Vec<Host> {
-        self.proxies.iter().map(|(h, ..)| *h).collect()
+        self.proxies
+            .iter()
+            .filter_map(|(h, ..)| Host::parse(h).ok())
+            .collect()
     }
 
     /// Stops the proxies, if running.
@@ -1196,19 +1550,41 @@ impl Lab {
             .unwrap_or_default()
     }
 
-    /// Pings the server from the client (IPv4 and IPv6) until a reply comes, a few tries.
+    /// Pings the server from every client (IPv4 and IPv6) until a reply comes, a few tries;
+    /// a star's clients all at once.
     pub fn check_path(&self) -> Result<(), String> {
-        for dst in [SERVER_V4, SERVER_V6] {
-            let ok = (0..5).any(|_| {
-                self.run_in(Host::Client, "ping", &["-c", "1", "-W", "3", "-q", dst])
-                    .is_ok()
-            });
-            if !ok {
-                return Err(format!(
-                    "client cannot reach the server at {dst} across the link; emulator log:\n{}",
-                    self.link_log()
-                ));
+        let pings: Vec<(String, &str, Child)> = self
+            .sites()
+            .iter()
+            .flat_map(|st| [(st.client.clone(), SERVER_V4), (st.client.clone(), SERVER_V6)])
+            .map(|(client, dst)| {
+                let mut c = crate::sys::in_ns(&self.node_ns(&client), "sh");
+                // Five tries of one echo each, so a lost echo or reply is tried again.
+                c.args([
+                    "-c",
+                    "for i in 1 2 3 4 5; do ping -c 1 -W 3 -q \"$0\" >/dev/null && exit 0; done; exit 1",
+                    dst,
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+                c.spawn()
+                    .map(|ch| (client, dst, ch))
+                    .map_err(|e| format!("cannot run ping: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut failed = Vec::new();
+        for (client, dst, mut ch) in pings {
+            if !ch.wait().is_ok_and(|st| st.success()) {
+                failed.push(format!("{client} to {dst}"));
             }
+        }
+        if !failed.is_empty() {
+            return Err(format!(
+                "no ping crossed the link ({}); emulator log:\n{}",
+                failed.join(", "),
+                self.link_log()
+            ));
         }
         Ok(())
     }
@@ -1269,7 +1645,7 @@ mod tests {
             .unwrap();
         let keys = Path::new("/k");
         let split = Pep::default();
-        let f = proxy_file(&split, Host::Gateway, &link, keys, None);
+        let f = proxy_file(&split, Host::Gateway, "gateway", &link, keys, None);
         assert_eq!(f.intercept.interfaces, ["to-link"]);
         assert_eq!(f.intercept.exclude_ports, [END_TO_END_PORT]);
         assert_eq!(f.proxy.satellite_side, "downstream");
@@ -1280,7 +1656,7 @@ mod tests {
             cc: Some("satpep_hybla".into()),
             ..Default::default()
         };
-        let f = proxy_file(&exact, Host::Terminal, &link, keys, Some(9));
+        let f = proxy_file(&exact, Host::Terminal, "terminal", &link, keys, Some(9));
         assert_eq!(f.proxy.satellite_side, "upstream");
         assert_eq!(f.proxy.max_connections, 9);
         assert_eq!(f.satellite.congestion.as_deref(), Some("satpep_hybla"));
@@ -1293,7 +1669,7 @@ mod tests {
             told: Told::Nominal(25e6, 5e6),
             ..Default::default()
         };
-        let t = proxy_file(&tunnel, Host::Terminal, &link, keys, None)
+        let t = proxy_file(&tunnel, Host::Terminal, "terminal", &link, keys, None)
             .tunnel
             .unwrap();
         assert_eq!(t.role.as_deref(), Some("terminal"));
@@ -1304,7 +1680,7 @@ mod tests {
         );
         assert_eq!(t.rtt, None);
         assert_eq!(t.key.as_deref(), Some("/k/terminal.key"));
-        let g = proxy_file(&tunnel, Host::Gateway, &link, keys, None);
+        let g = proxy_file(&tunnel, Host::Gateway, "gateway", &link, keys, None);
         assert_eq!(g.satellite.congestion, None);
         assert_eq!(g.tunnel.unwrap().peer, None);
     }
@@ -1323,8 +1699,62 @@ mod tests {
     }
 
     #[test]
+    fn a_stars_nodes_have_their_own_addresses_and_names() {
+        let one = site(1);
+        assert_eq!(
+            (one.client_v4.as_str(), one.sat_v4.as_str()),
+            (CLIENT_V4, "198.18.2.1")
+        );
+        let last = site(MAX_TERMINALS);
+        assert_eq!(last.client_net_v4, "198.19.240.0/24");
+        assert_eq!(last.sat_v4, "198.18.2.250");
+        assert_eq!(last.sat_v6, "2001:2:0:2::fa");
+        assert_eq!(last.mac, "02:00:c6:12:02:fa");
+        // Every terminal's satellite address, MAC and subnet differ from the others' and
+        // from the gateway's (198.18.2.2).
+        let all: Vec<Site> = (1..=MAX_TERMINALS).map(site).collect();
+        for key in [
+            |s: &Site| s.sat_v4.clone(),
+            |s: &Site| s.mac.clone(),
+            |s: &Site| s.client_net_v6.clone(),
+        ] {
+            let mut v: Vec<String> = all.iter().map(key).collect();
+            v.sort();
+            v.dedup();
+            assert_eq!(v.len(), all.len());
+        }
+        assert!(all.iter().all(|s| s.sat_v4 != "198.18.2.2"));
+        assert_eq!(parse_node("client3", 3).unwrap(), "client3");
+        assert_eq!(parse_node("terminal1", 1).unwrap(), "terminal");
+        assert_eq!(parse_node("gateway", 1).unwrap(), "gateway");
+        assert!(parse_node("client4", 3)
+            .unwrap_err()
+            .contains("it has 3 terminal"));
+        assert!(parse_node("router", 3)
+            .unwrap_err()
+            .contains("unknown host"));
+        let star = star_hosts("x", 3);
+        assert_eq!(star.len(), 4);
+        assert_eq!(star[3].netns, "sp-x-terminal3");
+        assert_eq!(star[3].ipv4, ["198.19.3.1/24", "198.18.2.13/24"]);
+    }
+
+    #[test]
     fn addresses_are_benchmarking_ranges() {
+        for h in star_hosts("x", MAX_TERMINALS) {
+            for a in h.ipv4.iter().chain(&h.ipv6) {
+                assert!(
+                    a.starts_with("198.18.")
+                        || a.starts_with("198.19.")
+                        || a.starts_with("2001:2:0:"),
+                    "{a}"
+                );
+            }
+        }
         for h in hosts("x") {
+            for a in &h.ipv6 {
+                assert!(a.starts_with("2001:2:0:"), "{a}");
+            }
             for a in &h.ipv4 {
                 assert!(a.starts_with("198.18.") || a.starts_with("198.19."), "{a}");
             }

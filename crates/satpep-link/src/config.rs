@@ -65,15 +65,31 @@ pub struct DirectionSpec {
     pub builtin_rate_trace: Option<Trace>,
 }
 
-/// One other path through a direction's queue, as written by a user.
+/// One other path through a direction's queue, as written by a user: a dumbbell's nearby
+/// hosts, or one terminal of a star sharing the gateway's carrier.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PathSpec {
     /// Addresses or prefixes ("198.18.3.16/28", "2001:2:0:3::10"): a frame whose source or
     /// destination is in one takes this path.
     pub hosts: Vec<String>,
-    /// Its one-way propagation delay, e.g. "12ms".
-    pub delay: String,
+    /// Its one-way propagation delay, e.g. "12ms" (default: the direction's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<String>,
+    /// The rate the shared channel sends this path's frames at, e.g. "20Mbit" (default: the
+    /// direction's rate). The channel is shared in time, as a DVB-S2 carrier under ACM: each
+    /// terminal has its own modulation and coding, so a faded terminal's frames hold the
+    /// carrier longer and everyone behind them waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    /// The path's rate as an inline trace (as a direction's `rate_schedule`; replaces `rate`):
+    /// one terminal's fade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_schedule: Option<String>,
+    /// The path's own loss processes (`ber`, `per`, `gilbert`), drawn from a random stream of
+    /// its own (default: the direction's).
+    #[serde(flatten)]
+    pub loss: LossSpec,
 }
 
 /// Parses "198.18.3.16/28" or a bare address (a host prefix), naming what is wrong.
@@ -102,8 +118,12 @@ pub fn parse_prefix(s: &str) -> Result<IpNet, String> {
 pub struct HostPath {
     /// Frames to or from these take the path.
     pub hosts: Vec<IpNet>,
-    /// Its one-way propagation delay, ns.
-    pub delay_ns: u64,
+    /// Its one-way propagation delay, ns (None: the direction's).
+    pub delay_ns: Option<u64>,
+    /// The rate its frames are serialized at (None: the direction's).
+    pub rate: Option<RateSource>,
+    /// Its own loss processes (None: the direction's).
+    pub loss: Option<LossConfig>,
 }
 
 /// Scheduled link outages as written by a user (both directions go down together).
@@ -506,12 +526,26 @@ impl PartialDir {
                 .iter()
                 .map(|h| parse_prefix(h).map_err(|e| format!("{what}: hosts: {e}")))
                 .collect::<Result<Vec<_>, _>>()?;
-            let delay_ns =
-                parse_duration_ns(&p.delay).map_err(|e| format!("{what}: delay: {e}"))?;
-            if delay_ns > MAX_DELAY_NS {
-                return Err(format!("{what}: delay {} is implausible", fmt_ms(delay_ns)));
-            }
-            paths.push(HostPath { hosts, delay_ns });
+            let delay_ns = match &p.delay {
+                None => None,
+                Some(d) => {
+                    let ns = parse_duration_ns(d).map_err(|e| format!("{what}: delay: {e}"))?;
+                    if ns > MAX_DELAY_NS {
+                        return Err(format!("{what}: delay {} is implausible", fmt_ms(ns)));
+                    }
+                    Some(ns)
+                }
+            };
+            let rate = path_rate(&what, p)?;
+            let loss = (p.loss != LossSpec::default())
+                .then(|| p.loss.resolve(&what))
+                .transpose()?;
+            paths.push(HostPath {
+                hosts,
+                delay_ns,
+                rate,
+                loss,
+            });
         }
         Ok(DirectionConfig {
             rate: self.rate,
@@ -524,6 +558,28 @@ impl PartialDir {
             paths,
         })
     }
+}
+
+/// A path's own rate (`rate` or `rate_schedule`), checked as a direction's.
+fn path_rate(what: &str, p: &PathSpec) -> Result<Option<RateSource>, String> {
+    let rate = match (&p.rate, &p.rate_schedule) {
+        (Some(_), Some(_)) => return Err(format!("{what}: give one of rate and rate_schedule")),
+        (None, None) => return Ok(None),
+        (Some(r), None) => {
+            RateSource::Fixed(parse_rate(r).map_err(|e| format!("{what}: rate: {e}"))?)
+        }
+        (None, Some(t)) => RateSource::Trace(
+            Trace::parse_rate_inline(t).map_err(|e| format!("{what}: rate_schedule: {e}"))?,
+        ),
+    };
+    if rate.max_bps() > MAX_RATE || rate.min_bps() < MIN_RATE {
+        return Err(format!(
+            "{what}: rates must be between {} and {}",
+            fmt_rate(MIN_RATE),
+            fmt_rate(MAX_RATE)
+        ));
+    }
+    Ok(Some(rate))
 }
 
 /// Times the link is down, both directions at once.
@@ -627,7 +683,11 @@ impl LinkConfig {
     /// from the emulator's start).
     pub fn varies(&self) -> bool {
         [&self.forward, &self.ret].iter().any(|d| {
-            matches!(d.rate, RateSource::Trace(_)) || matches!(d.delay, DelaySource::Trace(_))
+            matches!(d.rate, RateSource::Trace(_))
+                || matches!(d.delay, DelaySource::Trace(_))
+                || d.paths
+                    .iter()
+                    .any(|p| matches!(p.rate, Some(RateSource::Trace(_))))
         })
     }
 }
@@ -671,7 +731,24 @@ impl DirectionConfig {
         s += &self.loss.describe();
         for p in &self.paths {
             let hosts: Vec<String> = p.hosts.iter().map(IpNet::to_string).collect();
-            s += &format!(", {} via {}", hosts.join(" "), fmt_ms(p.delay_ns));
+            let mut how = Vec::new();
+            if let Some(d) = p.delay_ns {
+                how.push(fmt_ms(d));
+            }
+            match &p.rate {
+                Some(RateSource::Fixed(r)) => how.push(fmt_rate(*r)),
+                Some(RateSource::Trace(t)) => {
+                    how.push(format!("{}..{}", fmt_rate(t.min()), fmt_rate(t.max())))
+                }
+                None => {}
+            }
+            if let Some(l) = &p.loss {
+                how.push(l.describe().trim_start_matches(", ").to_string());
+            }
+            if how.is_empty() {
+                how.push("the same".into());
+            }
+            s += &format!(", {} via {}", hosts.join(" "), how.join(" "));
         }
         s
     }

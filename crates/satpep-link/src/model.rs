@@ -41,6 +41,25 @@ pub enum Fate {
     },
 }
 
+/// Time at which serializing `bits` at `rate`, starting at `start`, completes (ns).
+fn serialized(rate: &RateSource, start: f64, bits: f64) -> f64 {
+    match rate {
+        RateSource::Fixed(r) => start + bits * 1e9 / r,
+        RateSource::Trace(t) => {
+            let (mut now, mut left) = (start, bits);
+            loop {
+                let (rate, until) = t.segment_at(now);
+                let done = now + left * 1e9 / rate;
+                if done <= until {
+                    return done;
+                }
+                left -= rate * (until - now) / 1e9;
+                now = until;
+            }
+        }
+    }
+}
+
 /// One direction's channel state.
 pub struct Channel {
     cfg: DirectionConfig,
@@ -54,6 +73,8 @@ pub struct Channel {
     /// The latest delivery time so far on the link's own path and on each other path (each
     /// keeps its order; paths of different delays overtake one another, as in a dumbbell).
     last_delivery: Vec<f64>,
+    /// The random state of each path with loss processes of its own.
+    path_loss: Vec<Option<LossState>>,
 }
 
 impl Channel {
@@ -63,6 +84,14 @@ impl Channel {
         let mut jitter = ChaCha8Rng::seed_from_u64(seed);
         jitter.set_stream(100 + stream);
         let last_delivery = vec![0.0; cfg.paths.len() + 1];
+        // Streams 1000 + 2 × path + direction: apart from the directions' own (0 and 1).
+        let path_loss = (0..cfg.paths.len() as u64)
+            .map(|i| {
+                cfg.paths[i as usize]
+                    .loss
+                    .map(|_| LossState::new(seed, 1000 + 2 * i + stream))
+            })
+            .collect();
         Channel {
             cfg,
             outages,
@@ -72,6 +101,7 @@ impl Channel {
             backlog_bytes: 0,
             busy_until: 0.0,
             last_delivery,
+            path_loss,
         }
     }
 
@@ -87,21 +117,7 @@ impl Channel {
 
     /// Time at which serializing `bits` starting at `start` completes (ns).
     pub fn finish_time(&self, start: f64, bits: f64) -> f64 {
-        match &self.cfg.rate {
-            RateSource::Fixed(r) => start + bits * 1e9 / r,
-            RateSource::Trace(t) => {
-                let (mut now, mut left) = (start, bits);
-                loop {
-                    let (rate, until) = t.segment_at(now);
-                    let done = now + left * 1e9 / rate;
-                    if done <= until {
-                        return done;
-                    }
-                    left -= rate * (until - now) / 1e9;
-                    now = until;
-                }
-            }
-        }
+        serialized(&self.cfg.rate, start, bits)
     }
 
     /// Offers a frame of `len` bytes arriving at `now` (ns since start).
@@ -135,8 +151,10 @@ impl Channel {
         self.cfg.path_of(src, dst)
     }
 
-    /// [`Channel::offer`] for a frame on `path` (None: the link's own path), which takes
-    /// that path's delay after the shared queue.
+    /// [`Channel::offer`] for a frame on `path` (None: the link's own path): it waits in the
+    /// shared queue, is sent at the path's rate (the carrier's time is what is shared), meets
+    /// the path's loss processes and takes the path's delay after the queue (the direction's,
+    /// for what the path does not set).
     pub fn offer_on(&mut self, now: f64, len: u32, path: Option<usize>) -> Fate {
         while let Some(&(fin, l)) = self.backlog.front() {
             if fin > now {
@@ -154,22 +172,33 @@ impl Channel {
         }
         let wire = len + self.cfg.overhead;
         let start = self.busy_until.max(now);
-        let finish = self.finish_time(start, wire as f64 * 8.0);
+        let on = path.and_then(|p| self.cfg.paths.get(p));
+        let rate = on.and_then(|p| p.rate.as_ref()).unwrap_or(&self.cfg.rate);
+        let finish = serialized(rate, start, wire as f64 * 8.0);
         self.busy_until = finish;
         self.backlog.push_back((finish, len));
         self.backlog_bytes += len as u64;
         let queue_ns = start - now;
         // Draw for every admitted frame so the loss pattern depends only on the seed and
         // the frame sequence, not on outages.
-        let corrupted = self.loss.lost(&self.cfg.loss, wire);
+        let corrupted = match path.and_then(|p| Some((self.path_loss.get_mut(p)?.as_mut()?, p))) {
+            Some((state, p)) => state.lost(
+                self.cfg.paths[p]
+                    .loss
+                    .as_ref()
+                    .expect("a state only with a config"),
+                wire,
+            ),
+            None => self.loss.lost(&self.cfg.loss, wire),
+        };
         if self.outages.overlaps(start, finish) {
             return Fate::DropOutage { queue_ns };
         }
         if corrupted {
             return Fate::DropError { queue_ns };
         }
-        let delay = match path.and_then(|p| self.cfg.paths.get(p)) {
-            Some(p) => p.delay_ns as f64,
+        let delay = match path.and_then(|p| self.cfg.paths.get(p)?.delay_ns) {
+            Some(d) => d as f64,
             None => self.cfg.delay.at(finish),
         };
         let mut at = finish + delay;
@@ -254,8 +283,50 @@ mod tests {
         assert_eq!(ch.path_of(&v6[..30]), None, "a truncated frame");
     }
 
+    /// A star: terminals share the carrier's time, each at its own modulation and coding. A
+    /// frame for a terminal faded to a quarter of the rate holds the carrier four times as
+    /// long, and the frames behind it wait; a path's own loss hits only its frames.
+    #[test]
+    fn terminals_share_the_carriers_time_at_their_own_rates() {
+        let mut ch = channel(
+            "[both]\nrate='8Mbit'\ndelay='100ms'\nqueue='100p'\n\
+             [[both.path]]\nhosts=['198.19.2.0/24']\nrate='2Mbit'\n\
+             [[both.path]]\nhosts=['198.19.3.0/24']\nrate_schedule='0 8Mbit; 0.002 4Mbit'\nber=1e-2\n",
+        );
+        // 1000 bytes: 1 ms at 8 Mbit/s, 4 ms at 2 Mbit/s.
+        let clear = at(ch.offer_on(0.0, 1000, None));
+        let faded = at(ch.offer_on(0.0, 1000, Some(0)));
+        let behind = at(ch.offer_on(0.0, 1000, None));
+        assert!((clear - 101e6).abs() < 1e-3, "{clear}");
+        assert!((faded - 105e6).abs() < 1e-3, "{faded}");
+        assert!((behind - 106e6).abs() < 1e-3, "{behind}");
+        // The third path's schedule is read at the carrier's clock (4 Mbit/s from 2 ms: 2 ms
+        // a frame), and its own loss process loses every one of its frames, only its.
+        for _ in 0..3 {
+            assert!(matches!(
+                ch.offer_on(0.0, 1000, Some(1)),
+                Fate::DropError { .. }
+            ));
+        }
+        let after = at(ch.offer_on(0.0, 1000, None));
+        assert!((after - (106e6 + 3.0 * 2e6 + 1e6)).abs() < 1e-3, "{after}");
+        let d = ch.config().clone();
+        assert_eq!(d.paths[0].delay_ns, None, "the direction's delay");
+        assert!(d.paths[0].loss.is_none());
+        assert!(
+            d.describe().contains("198.19.2.0/24 via 2 Mbit/s"),
+            "{}",
+            d.describe()
+        );
+    }
+
     #[test]
     fn bad_paths_are_refused_with_what_is_wrong() {
+        let unknown = toml::from_str::<LinkSpec>("[[both.path]]\nhosts=['198.18.3.1']\nspeed=1\n");
+        assert!(unknown
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `speed`"));
         for (text, want) in [
             (
                 "hosts=[]\ndelay='1ms'",
@@ -273,6 +344,16 @@ mod tests {
                 "hosts=['198.18.3.1']\ndelay='soon'",
                 "forward path #1: delay",
             ),
+            ("hosts=['198.18.3.1']\nrate='fast'", "forward path #1: rate"),
+            (
+                "hosts=['198.18.3.1']\nrate='1Mbit'\nrate_schedule='0 1Mbit'",
+                "give one of rate and rate_schedule",
+            ),
+            (
+                "hosts=['198.18.3.1']\nrate='1bit'",
+                "forward path #1: rates must be between",
+            ),
+            ("hosts=['198.18.3.1']\nper=2.0", "forward path #1 per"),
         ] {
             let spec: LinkSpec =
                 toml::from_str(&format!("[both]\nrate='8Mbit'\n[[both.path]]\n{text}\n")).unwrap();

@@ -1,7 +1,7 @@
 //! `satpep lab`: build, use and remove testbeds, and run experiments on them.
 
 use clap::{Args, Subcommand};
-use satpep_lab::topology::{self, Host, Lab, PepMode, UpOptions};
+use satpep_lab::topology::{self, Lab, PepMode, UpOptions};
 use satpep_link::cli::LinkArgs;
 use std::os::unix::process::CommandExt;
 
@@ -64,6 +64,13 @@ enum LabSub {
         /// gets the emulator's return rate scaled the same way).
         #[arg(long, value_name = "WHAT", default_value = "nothing", requires = "pep")]
         tell_pep: String,
+        /// Terminals sharing the link (1 to 240), a star: terminal K (2 to N) has its own
+        /// client on 198.19.K.0/24 and 2001:2:0:1KK::/64 (K in hex; namespaces sp-NAME-clientK and sp-NAME-terminalK) and the
+        /// address 198.18.2.(10+K) on the satellite segment, and runs its own proxy in the
+        /// PEP mode given. All share the emulated carrier; a link file's [[forward.path]]
+        /// entries give one terminal its own rate, loss or delay (docs/lab.md, "A star").
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        terminals: u16,
         #[command(flatten)]
         link: Box<LinkArgs>,
     },
@@ -76,7 +83,7 @@ enum LabSub {
     Exec {
         /// Lab name.
         name: String,
-        /// client, terminal, link, gateway or server.
+        /// client, terminal, link, gateway or server (a star's clientK, terminalK too).
         host: String,
         /// The command and its arguments (after --).
         #[arg(last = true, required = true)]
@@ -199,6 +206,7 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             terminal_only,
             handshake,
             tell_pep,
+            terminals,
             link,
         } => {
             let spec = link.spec()?;
@@ -211,20 +219,31 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             let opts = UpOptions {
                 check: !no_check,
                 pep,
+                terminals,
                 ..Default::default()
             };
             let lab = Lab::up(&name, &spec, &opts)?;
+            // The line's hosts, then a star's other clients and terminals, in one list.
+            let mut nodes: Vec<topology::NodeInfo> = lab
+                .state()
+                .hosts
+                .iter()
+                .map(|h| topology::NodeInfo {
+                    host: h.host.name().into(),
+                    netns: h.netns.clone(),
+                    ipv4: h.ipv4.clone(),
+                    ipv6: h.ipv6.clone(),
+                })
+                .collect();
+            nodes.extend(lab.state().star.iter().cloned());
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&lab.state().hosts).unwrap()
-                );
+                println!("{}", serde_json::to_string_pretty(&nodes).unwrap());
             } else {
                 println!("lab '{name}' is up");
-                for h in &lab.state().hosts {
+                for h in &nodes {
                     let mut addrs = h.ipv4.clone();
                     addrs.extend(h.ipv6.iter().cloned());
-                    println!("  {:<9} {:<22} {}", h.host.name(), h.netns, addrs.join(" "));
+                    println!("  {:<11} {:<26} {}", h.host, h.netns, addrs.join(" "));
                 }
                 println!(
                     "  forward: {}\n  return:  {}",
@@ -249,9 +268,9 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             Ok(())
         }
         LabSub::Exec { name, host, cmd } => {
-            let host = Host::parse(&host)?;
             let lab = Lab::open(&name)?;
-            let mut c = lab.command(host, &cmd[0]);
+            let node = topology::parse_node(&host, lab.state().terminals)?;
+            let mut c = satpep_lab::sys::in_ns(&lab.node_ns(&node), &cmd[0]);
             c.args(&cmd[1..]);
             // Replace this process so exit status and signals pass straight through.
             Err(format!("cannot run {}: {}", cmd[0], c.exec()))

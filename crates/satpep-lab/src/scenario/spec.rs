@@ -629,7 +629,8 @@ impl CellSpec {
             use super::kinds::bulk::{BACKGROUND_CLIENTS, BACKGROUND_SERVERS};
             let path = satpep_link::config::PathSpec {
                 hosts: vec![BACKGROUND_CLIENTS.into(), BACKGROUND_SERVERS.into()],
-                delay: format!("{}us", (b.rtt.secs() * 1e6 / 2.0).round() as u64),
+                delay: Some(format!("{}us", (b.rtt.secs() * 1e6 / 2.0).round() as u64)),
+                ..Default::default()
             };
             // A direction's own list replaces both's: the path goes into every list in use.
             l.both.path.get_or_insert_with(Vec::new).push(path.clone());

@@ -63,6 +63,7 @@ pub fn lab_with(tag: &str, toml_text: &str, pep: Option<satpep_lab::topology::Pe
             satpep_bin: bin().into(),
             check: false,
             pep,
+            terminals: 1,
         },
     )
     .unwrap_or_else(|e| panic!("lab up: {e}"))

@@ -1,0 +1,186 @@
+//! A star (`lab up --terminals N`): several terminals, each with its own client, share one
+//! emulated carrier to the gateway. Checked with real downloads: the carrier's time is what
+//! they share (a faded terminal's bits cost more of it), traffic between terminals goes
+//! through the gateway, every terminal's proxy tunnels under its own name, and nothing of
+//! the star is left after the lab goes.
+
+mod common;
+
+use common::*;
+use satpep_lab::topology::{site, Lab, Pep, UpOptions};
+use satpep_link::config::LinkSpec;
+use std::process::{Child, Stdio};
+
+/// A star lab of `terminals` terminals on the link `toml_text`.
+fn star(tag: &str, terminals: u16, toml_text: &str, pep: Option<Pep>) -> Lab {
+    require_root();
+    let spec: LinkSpec = toml::from_str(toml_text).expect("test link spec");
+    Lab::up(
+        &name(tag),
+        &LinkSpec::layered(&[&spec]).unwrap(),
+        &UpOptions {
+            satpep_bin: bin().into(),
+            check: true,
+            pep,
+            terminals,
+        },
+    )
+    .unwrap_or_else(|e| panic!("lab up: {e}"))
+}
+
+/// Starts a download of `secs` seconds from the server to every client at once (iperf3 -R,
+/// one server port per client) and returns each client's goodput over the last
+/// `secs - skip` seconds, Mbit/s, and bytes received.
+fn downloads(lab: &Lab, secs: u32, skip: f64) -> Vec<(f64, u64)> {
+    let sites = lab.sites();
+    let servers: Vec<Child> = sites
+        .iter()
+        .map(|st| {
+            satpep_lab::sys::in_ns(&lab.ns(satpep_lab::Host::Server), "iperf3")
+                .args(["-s", "-1", "-p", &(5210 + st.index).to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let _kill: Vec<KillOnDrop> = servers.iter().map(|c| KillOnDrop(c.id() as i32)).collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let clients: Vec<Child> = sites
+        .iter()
+        .map(|st| {
+            satpep_lab::sys::in_ns(&lab.node_ns(&st.client), "iperf3")
+                .args([
+                    "-c",
+                    satpep_lab::topology::SERVER_V4,
+                    "-p",
+                    &(5210 + st.index).to_string(),
+                    "-R",
+                    "-t",
+                    &secs.to_string(),
+                    "-J",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    clients
+        .into_iter()
+        .zip(&sites)
+        .map(|(c, st)| {
+            let out = c.wait_with_output().unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            assert!(
+                out.status.success(),
+                "{}'s download failed: {} {}",
+                st.client,
+                v["error"],
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let iv = satpep_lab::iperf::intervals(&v);
+            let mbit = satpep_lab::iperf::goodput_after(&iv, skip).unwrap_or(0.0) / 1e6;
+            let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+            (mbit, bytes)
+        })
+        .collect()
+}
+
+/// Three terminals on a 20 Mbit/s carrier, the third faded to 5 Mbit/s (its frames take four
+/// times the carrier's time): with all three downloading, the shares of carrier time add up
+/// to the whole carrier and no more, and the faded one never gets more than its own rate.
+#[test]
+fn a_stars_terminals_share_the_carriers_time() {
+    let t3 = site(3);
+    let lab = star(
+        "star",
+        3,
+        &format!(
+            "[forward]\nrate='20Mbit'\ndelay='20ms'\nqueue='100%'\n\
+             [return]\nrate='10Mbit'\ndelay='20ms'\n\
+             [[forward.path]]\nhosts=['{}', '{}']\nrate='5Mbit'\n",
+            t3.client_net_v4, t3.sat_v4
+        ),
+        None,
+    );
+    assert_eq!(
+        lab.state().star.len(),
+        4,
+        "client2, terminal2, client3, terminal3"
+    );
+    // Between terminals, through the gateway: two satellite hops each way (80 ms at least).
+    let out = satpep_lab::sys::run_in(
+        &lab.node_ns("client2"),
+        "ping",
+        &["-c", "2", "-i", "0.2", "-q", &t3.client_v4],
+    )
+    .unwrap();
+    let avg: f64 = out
+        .split(" = ")
+        .nth(1)
+        .and_then(|s| s.split('/').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no RTT in {out}"));
+    assert!((80.0..200.0).contains(&avg), "client2 to client3: {avg} ms");
+
+    let got = downloads(&lab, 10, 3.0);
+    let rates = [20.0, 20.0, 5.0];
+    let time: f64 = got.iter().zip(rates).map(|((g, _), r)| g / r).sum();
+    eprintln!(
+        "goodput {got:?} Mbit/s; carrier time used {:.1} %",
+        time * 100.0
+    );
+    for (k, (g, bytes)) in got.iter().enumerate() {
+        assert!(
+            *g > 0.5 && *bytes > 500_000,
+            "terminal {}: {g} Mbit/s",
+            k + 1
+        );
+    }
+    // Goodput is payload, 1448 of every 1514 bytes on the wire (95.6 %), read from one-second
+    // intervals whose edges let a few percent more through.
+    assert!(
+        (0.80..=1.0).contains(&time),
+        "carrier time used {:.3} by {got:?}",
+        time
+    );
+    assert!(got[2].0 <= 5.0 * 0.97, "the faded terminal: {got:?}");
+    let name = lab.name.clone();
+    drop(lab);
+    assert!(namespaces_with(&format!("sp-{name}-")).is_empty());
+}
+
+/// Three terminals in tunnel mode: each runs its own proxy with a certificate of its own
+/// name, all three download at once through their tunnels, and the gateway shows each
+/// terminal's tunnel under that name.
+#[test]
+fn every_terminal_of_a_star_tunnels_under_its_own_name() {
+    let pep = Pep {
+        tunnel: Some("satellite".into()),
+        ..Default::default()
+    };
+    let lab = star(
+        "startun",
+        3,
+        "[forward]\nrate='30Mbit'\ndelay='15ms'\n[return]\nrate='10Mbit'\ndelay='15ms'\n",
+        Some(pep),
+    );
+    let got = downloads(&lab, 6, 2.0);
+    eprintln!("goodput {got:?} Mbit/s");
+    for (k, (g, _)) in got.iter().enumerate() {
+        assert!(*g > 1.0, "terminal {}: {got:?}", k + 1);
+    }
+    let total: f64 = got.iter().map(|(g, _)| g).sum();
+    assert!(total <= 30.0, "{got:?}");
+    let m = metrics(&lab, satpep_lab::Host::Gateway);
+    for st in lab.sites() {
+        assert!(
+            m.contains(&format!(",name=\"{}\"}}", st.terminal)),
+            "no tunnel named {} in\n{m}",
+            st.terminal
+        );
+        let log = lab.node_proxy_log(&st.terminal);
+        assert!(log.contains(&st.client_v4), "{}'s log:\n{log}", st.terminal);
+    }
+}
