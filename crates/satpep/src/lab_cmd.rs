@@ -268,6 +268,8 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             Ok(())
         }
         LabSub::Exec { name, host, cmd } => {
+            // A name no lab has is named before the lab is looked for.
+            topology::parse_node(&host, topology::MAX_TERMINALS)?;
             let lab = Lab::open(&name)?;
             let node = topology::parse_node(&host, lab.state().terminals)?;
             let mut c = satpep_lab::sys::in_ns(&lab.node_ns(&node), &cmd[0]);
