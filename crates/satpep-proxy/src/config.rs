@@ -148,7 +148,7 @@ impl PartialEq for TunnelConfig {
 }
 
 impl TunnelFile {
-    fn resolve(&self, sat: &LegFile) -> Result<TunnelConfig, String> {
+    fn resolve(&self, sat: &LegFile, max_flows: u32) -> Result<TunnelConfig, String> {
         let role = match self.role.as_deref() {
             Some("terminal") => Role::Terminal,
             Some("gateway") => Role::Gateway,
@@ -280,6 +280,7 @@ impl TunnelFile {
                 rtt,
                 outage,
                 congestion,
+                max_flows: max_flows.into(),
             },
         })
     }
@@ -928,7 +929,7 @@ impl ProxyFile {
             tunnel: self
                 .tunnel
                 .as_ref()
-                .map(|t| t.resolve(&self.satellite))
+                .map(|t| t.resolve(&self.satellite, p.max_connections))
                 .transpose()?,
         })
     }

@@ -22,6 +22,10 @@ pub struct Hop {
     pub outage: Duration,
     /// Congestion control of this side's sending direction.
     pub congestion: Algorithm,
+    /// Flows the peer may open at once (streams): the proxy's connection limit. quinn keeps
+    /// a slot for every stream the peer may open from the handshake on (about 50 bytes each),
+    /// so a hub's gateway holds this many per terminal: 100 000 took 5.3 MB per tunnel.
+    pub max_flows: u64,
 }
 
 /// Smallest flow-control window, whatever the rate (a fast terrestrial burst must fit).
@@ -92,7 +96,7 @@ impl Hop {
             .receive_window(var(self.receive_window()))
             .send_window(self.send_window())
             // Flows are opened by the terminal; each is one bidirectional stream.
-            .max_concurrent_bidi_streams(var(100_000))
+            .max_concurrent_bidi_streams(var(self.max_flows.max(1)))
             .max_concurrent_uni_streams(var(0))
             .initial_rtt(self.rtt)
             // The connection survives an outage of `outage`; keep-alives keep a quiet
@@ -181,6 +185,7 @@ mod tests {
             rtt: Duration::from_millis(600),
             outage: Duration::from_secs(60),
             congestion: Algorithm::Satellite,
+            max_flows: 10_000,
         };
         assert_eq!(h.send_window(), 60_000_000);
         // 10 Mbit/s × 600 ms = 750 kB: the 4 MiB floor.

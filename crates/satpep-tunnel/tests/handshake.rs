@@ -21,6 +21,7 @@ fn hop() -> Hop {
         rtt: Duration::from_millis(20),
         outage: Duration::from_secs(10),
         congestion: Algorithm::Cubic,
+        max_flows: 100,
     }
 }
 
