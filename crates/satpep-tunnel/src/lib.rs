@@ -8,6 +8,7 @@ pub mod admission;
 pub mod authority;
 pub mod congestion;
 pub mod header;
+pub mod hub;
 pub mod keys;
 pub mod pacing;
 pub mod reorder;
