@@ -596,6 +596,12 @@ fn proxy_file(
                 rtt: exact_rtt,
                 ..f.tunnel.unwrap_or_default()
             });
+            // What only a gateway takes (admission, a shared carrier) stays off terminals.
+            if let (false, Some(t)) = (gateway, f.tunnel.as_mut()) {
+                t.carrier = None;
+                t.terminals = None;
+                t.crl = None;
+            }
         }
     }
     f

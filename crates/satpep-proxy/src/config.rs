@@ -81,6 +81,102 @@ pub struct TunnelFile {
     pub terminals: Option<Vec<String>>,
     /// Gateway: the CA's revocation list (PEM or DER, `satpep keygen revoke` writes it).
     pub crl: Option<String>,
+    /// Gateway: one forward carrier shared among the terminals (a hub).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<CarrierFile>,
+}
+
+/// The `[tunnel.carrier]` section: the gateway shares one forward carrier among its
+/// terminals (see `satpep_tunnel::hub`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CarrierFile {
+    /// The carrier's rate for the tunnel, e.g. "200Mbit".
+    pub rate: Option<String>,
+    /// What is shared: "time" (default; carrier time by weight) or "bits" (bits by weight).
+    pub share: Option<String>,
+    /// Settings per terminal, by certificate name: `[tunnel.carrier.terminal.NAME]`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub terminal: std::collections::BTreeMap<String, TerminalShareFile>,
+}
+
+/// One terminal's settings on a shared carrier.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalShareFile {
+    /// Its weight (default 1).
+    pub weight: Option<f64>,
+    /// Committed rate: it gets at least this while busy, e.g. "5Mbit".
+    pub cir: Option<String>,
+    /// Maximum rate, e.g. "50Mbit".
+    pub mir: Option<String>,
+    /// Its link's rate (modulation and coding), for sharing time (default: the carrier's).
+    pub rate: Option<String>,
+}
+
+/// A shared carrier's rate in bytes of UDP payload per second: a 1472-byte datagram takes
+/// 1514 bytes of Ethernet frame.
+fn carrier_bytes(bps: f64) -> u64 {
+    (bps / 8.0 * 1472.0 / 1514.0).round() as u64
+}
+
+impl CarrierFile {
+    fn resolve(&self) -> Result<satpep_tunnel::hub::Carrier, String> {
+        let rate = |key: &str, v: &str| -> Result<u64, String> {
+            let bps = parse_rate(v).map_err(|e| format!("tunnel.carrier.{key}: {e}"))?;
+            if bps < 1e3 {
+                return Err(format!("tunnel.carrier.{key}: {v} is below 1 kbit/s"));
+            }
+            Ok(carrier_bytes(bps))
+        };
+        let total = match self.rate.as_deref() {
+            Some(r) => rate("rate", r)?,
+            None => {
+                return Err(
+                    "tunnel.carrier.rate: missing: the rate shared, e.g. \"200Mbit\"".into(),
+                )
+            }
+        };
+        let by = satpep_tunnel::hub::ShareBy::parse(self.share.as_deref().unwrap_or("time"))
+            .map_err(|e| format!("tunnel.carrier.share: {e}"))?;
+        let mut terminals = Vec::new();
+        for (name, t) in &self.terminal {
+            if !satpep_tunnel::keys::valid_name(name) {
+                return Err(format!(
+                    "tunnel.carrier.terminal.{name}: not a certificate name"
+                ));
+            }
+            let key = |k: &str| format!("terminal.{name}.{k}");
+            let opt = |k: &str, v: &Option<String>| -> Result<u64, String> {
+                v.as_deref().map_or(Ok(0), |v| rate(&key(k), v))
+            };
+            let weight = t.weight.unwrap_or(1.0);
+            if !(weight.is_finite() && weight > 0.0 && weight <= 1e6) {
+                return Err(format!(
+                    "tunnel.carrier.{}: {weight}: a weight is above 0 and at most 1000000",
+                    key("weight")
+                ));
+            }
+            let share = satpep_tunnel::hub::TerminalShare {
+                weight,
+                cir: opt("cir", &t.cir)?,
+                mir: opt("mir", &t.mir)?,
+                rate: opt("rate", &t.rate)?,
+            };
+            if share.mir > 0 && share.cir > share.mir {
+                return Err(format!(
+                    "tunnel.carrier.{}: the committed rate is above the maximum",
+                    key("cir")
+                ));
+            }
+            terminals.push((name.clone(), share));
+        }
+        Ok(satpep_tunnel::hub::Carrier {
+            rate: total,
+            by,
+            terminals,
+        })
+    }
 }
 
 /// Which end of the tunnel this satpep is.
@@ -116,6 +212,9 @@ pub struct TunnelConfig {
     pub terminals: Option<Vec<String>>,
     /// Gateway: the revocation list's file. A reload reads it again.
     pub crl: Option<std::path::PathBuf>,
+    /// Gateway: the forward carrier shared among the terminals (None: each terminal at its
+    /// own controller's rate).
+    pub carrier: Option<satpep_tunnel::hub::Carrier>,
 }
 
 impl TunnelConfig {
@@ -144,6 +243,7 @@ impl PartialEq for TunnelConfig {
             && self.peer_name == o.peer_name
             && format!("{:?}", self.hop) == format!("{:?}", o.hop)
             && (&self.terminals, &self.crl) == (&o.terminals, &o.crl)
+            && self.carrier == o.carrier
     }
 }
 
@@ -237,12 +337,17 @@ impl TunnelFile {
             "1h",
         )?;
         if role == Role::Terminal {
-            for (key, set) in [
-                ("terminals", self.terminals.is_some()),
-                ("crl", self.crl.is_some()),
+            for (key, set, does) in [
+                ("terminals", self.terminals.is_some(), "admits terminals"),
+                ("crl", self.crl.is_some(), "admits terminals"),
+                (
+                    "carrier",
+                    self.carrier.is_some(),
+                    "shares a carrier among terminals",
+                ),
             ] {
                 if set {
-                    return Err(format!("tunnel.{key}: only a gateway admits terminals"));
+                    return Err(format!("tunnel.{key}: only a gateway {does}"));
                 }
             }
         }
@@ -264,9 +369,15 @@ impl TunnelFile {
             Some("") => return Err("tunnel.crl: empty (leave the key out for none)".into()),
             c => c.map(std::path::PathBuf::from),
         };
+        let carrier = self
+            .carrier
+            .as_ref()
+            .map(CarrierFile::resolve)
+            .transpose()?;
         Ok(TunnelConfig {
             terminals,
             crl,
+            carrier,
             role,
             peer,
             listen,
@@ -1159,6 +1270,34 @@ mod tests {
                 "tunnel.terminals: 'a b'",
             ),
             ("[tunnel]\nrole='gateway'\ncrl=''", "tunnel.crl: empty"),
+            (
+                "[tunnel]\nrole='terminal'\npeer='198.18.0.1:1'\n[tunnel.carrier]\nrate='1Mbit'",
+                "tunnel.carrier: only a gateway shares a carrier",
+            ),
+            (
+                "[tunnel]\nrole='gateway'\n[tunnel.carrier]\nshare='time'",
+                "tunnel.carrier.rate: missing",
+            ),
+            (
+                "[tunnel]\nrole='gateway'\n[tunnel.carrier]\nrate='fast'",
+                "tunnel.carrier.rate:",
+            ),
+            (
+                "[tunnel]\nrole='gateway'\n[tunnel.carrier]\nrate='1Mbit'\nshare='air'",
+                "tunnel.carrier.share: 'air': time or bits",
+            ),
+            (
+                "[tunnel]\nrole='gateway'\n[tunnel.carrier]\nrate='1Mbit'\n[tunnel.carrier.terminal.t2]\nweight=0",
+                "tunnel.carrier.terminal.t2.weight: 0",
+            ),
+            (
+                "[tunnel]\nrole='gateway'\n[tunnel.carrier]\nrate='1Mbit'\n[tunnel.carrier.terminal.t2]\ncir='2Mbit'\nmir='1Mbit'",
+                "tunnel.carrier.terminal.t2.cir: the committed rate is above the maximum",
+            ),
+            (
+                "[tunnel]\nrole='gateway'\n[tunnel.carrier]\nrate='1Mbit'\n[tunnel.carrier.terminal.t2]\nmir='lots'",
+                "tunnel.carrier.terminal.t2.mir:",
+            ),
             ("[tunnel]\nrole='gateway'\nspeed=5", "speed"),
         ] {
             let e = cfg(t).unwrap_err();

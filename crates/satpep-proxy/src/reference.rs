@@ -149,6 +149,7 @@ pub fn keys() -> Vec<Key> {
         d("tunnel", "outage", s(config::TUNNEL_OUTAGE), "how long the hop may be down before flows are given up"),
         e("tunnel", "terminals", "[\"terminal-17\", \"terminal-18\"]".into(), "the gateway's: the terminals admitted, by certificate name (default: any the CA signed); a reload applies it"),
         e("tunnel", "crl", s("/etc/satpep/keys/crl.pem"), "the gateway's: the CA's revocation list (satpep keygen revoke writes it; default: none); read again at every reload"),
+        e("tunnel", "carrier", "{ rate = \"200Mbit\", share = \"time\", terminal = { terminal-17 = { weight = 2, cir = \"5Mbit\", mir = \"50Mbit\", rate = \"100Mbit\" } } }".into(), "the gateway's: one forward carrier shared among its terminals (a hub; also written as [tunnel.carrier] and [tunnel.carrier.terminal.NAME]): its rate, what is shared (\"time\": carrier time by weight, a faded terminal gets fewer bits; \"bits\": bits by weight), and per terminal a weight (1), committed and maximum rates, and its link's rate (default the carrier's); default: none, each terminal at its own controller's rate; a restart applies a change"),
     ]);
     v
 }

@@ -154,6 +154,15 @@ pub fn endpoint(t: &TunnelConfig, admission: &Arc<Admission>) -> Result<Endpoint
     };
     let (endpoint, paced) = transport::endpoint(sock, server.clone(), creds.reset_secret())
         .map_err(|e| format!("tunnel: {e}"))?;
+    if let Some(c) = &t.carrier {
+        info!(
+            rate_bytes_per_s = c.rate,
+            share = ?c.by,
+            terminals_named = c.terminals.len(),
+            "tunnel gateway shares one carrier among its terminals"
+        );
+        paced.share_carrier(Some(c.clone()));
+    }
     Ok(Endpoint {
         endpoint,
         switch,
@@ -621,6 +630,7 @@ pub async fn run_gateway(
             inc = ep.endpoint.accept() => {
                 let Some(inc) = inc else { break };
                 let (leg, reg, refusals, admits) = (leg.clone(), reg.clone(), refusals.clone(), admission.clone());
+                let paced = ep.paced.clone();
                 let (config, readings) = ep.server_for(inc.remote_address());
                 tokio::spawn(async move {
                     let from = inc.remote_address();
@@ -639,6 +649,7 @@ pub async fn run_gateway(
                     };
                     let id = terminal_of(&conn).unwrap_or(PeerId { name: "?".into(), serial: Vec::new() });
                     info!(%from, terminal = %id.name, "tunnel peer authenticated");
+                    paced.name(from, &id.name);
                     let flows = Arc::new(AtomicU64::new(0));
                     let t = crate::registry::Tunnel { conn: conn.clone(), readings, id, flows: Some(flows.clone()) };
                     tokio::spawn(watch(t.clone(), reg.clone()));

@@ -118,13 +118,55 @@ struct Peer {
     at: Instant,
     /// Since when the datagram waiting to leave has been held.
     held_since: Option<Instant>,
+    /// Its share of a hub's carrier, bytes/s (0: no carrier is shared).
+    cap: u64,
+    /// Its settings on the carrier (its terminal's, once named).
+    share: crate::hub::TerminalShare,
+    /// Bytes of paced datagrams sent since the shares were last computed.
+    sent: u64,
+    /// What it sent lately, bytes/s (smoothed over about 100 ms).
+    sending: f64,
+    /// When it last sent a paced datagram.
+    last_data: Option<Instant>,
+    /// When its share last held a datagram back.
+    capped: Option<Instant>,
 }
 
 impl Peer {
+    fn new(pace: &Arc<Pace>, share: crate::hub::TerminalShare) -> Peer {
+        Peer {
+            pace: Arc::downgrade(pace),
+            tokens: 0,
+            at: Instant::now(),
+            held_since: None,
+            cap: 0,
+            share,
+            sent: 0,
+            sending: 0.0,
+            last_data: None,
+            capped: None,
+        }
+    }
+
+    /// The rate its datagrams leave at: its controller's, within its share of the carrier.
+    fn rate(&self, pace: Option<&Arc<Pace>>) -> u64 {
+        match (pace.map_or(0, |p| p.rate()), self.cap) {
+            (0, cap) => cap,
+            (rate, 0) => rate,
+            (rate, cap) => rate.min(cap),
+        }
+    }
+
+    /// Whether its share, not its controller, sets its rate.
+    fn share_binds(&self, pace: Option<&Arc<Pace>>) -> bool {
+        let rate = pace.map_or(0, |p| p.rate());
+        self.cap > 0 && (rate == 0 || rate >= self.cap)
+    }
+
     /// Refills the bucket to `now`; the peer's pace and rate, if it is paced.
     fn refill(&mut self, now: Instant) -> Option<(Arc<Pace>, u64)> {
         let pace = self.pace.upgrade();
-        let rate = pace.as_ref().map_or(0, |p| p.rate());
+        let rate = self.rate(pace.as_ref());
         let dt = now.saturating_duration_since(self.at).as_nanos();
         self.at = now;
         if rate == 0 {
@@ -133,14 +175,23 @@ impl Peer {
         }
         let add = (rate as u128 * dt / 1_000_000_000).min(i64::MAX as u128) as i64;
         self.tokens = self.tokens.saturating_add(add).min(burst(rate) as i64);
-        pace.map(|p| (p, rate))
+        // A hub's cap paces a peer whose controller sets no rate too.
+        Some((pace.unwrap_or_default(), rate))
     }
+}
+
+/// The carrier a gateway shares among its peers, and when the shares were last computed.
+#[derive(Debug)]
+struct Hub {
+    carrier: crate::hub::Carrier,
+    at: Instant,
 }
 
 /// The endpoint's UDP socket, pacing the peers given a [`Pace`] (see the module's comment).
 pub struct PacedSocket {
     inner: Arc<dyn AsyncUdpSocket>,
     peers: Mutex<HashMap<SocketAddr, Peer>>,
+    hub: Mutex<Option<Hub>>,
 }
 
 impl fmt::Debug for PacedSocket {
@@ -157,7 +208,91 @@ impl PacedSocket {
         Arc::new(PacedSocket {
             inner,
             peers: Mutex::new(HashMap::new()),
+            hub: Mutex::new(None),
         })
+    }
+
+    /// Shares `carrier` among the peers from now on (None: each peer at its controller's
+    /// rate only; see [`crate::hub`]). A peer has the default settings until it is named.
+    pub fn share_carrier(&self, carrier: Option<crate::hub::Carrier>) {
+        let mut peers = self.peers();
+        let mut hub = self.hub.lock().unwrap_or_else(|e| e.into_inner());
+        if carrier.is_none() {
+            peers.values_mut().for_each(|p| p.cap = 0);
+        }
+        *hub = carrier.map(|carrier| Hub {
+            carrier,
+            at: Instant::now(),
+        });
+    }
+
+    /// `peer` is terminal `name`: it takes that terminal's settings on a shared carrier.
+    pub fn name(&self, peer: SocketAddr, name: &str) {
+        let share = self
+            .hub
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|h| h.carrier.terminal(name));
+        if let (Some(share), Some(p)) = (share, self.peers().get_mut(&key(peer))) {
+            p.share = share;
+        }
+    }
+
+    /// Each peer's share of the carrier now, bytes/s, by address (empty without a carrier).
+    pub fn shares(&self) -> Vec<(SocketAddr, u64)> {
+        self.peers().iter().map(|(a, p)| (*a, p.cap)).collect()
+    }
+
+    /// Recomputes the peers' shares if [`crate::hub::EVERY`] has passed (see [`crate::hub`]).
+    fn reshare(&self, peers: &mut HashMap<SocketAddr, Peer>, now: Instant) {
+        use crate::hub::{allocate, Demand, QUIET};
+        let mut hub = self.hub.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(h) = hub.as_mut() else {
+            return;
+        };
+        let dt = now.saturating_duration_since(h.at);
+        if dt < crate::hub::EVERY {
+            return;
+        }
+        h.at = now;
+        // Smoothed over about 100 ms.
+        let gain = (dt.as_secs_f64() / 0.1).min(1.0);
+        let mut busy = Vec::new();
+        for (a, p) in peers.iter_mut() {
+            let pace = p.pace.upgrade();
+            if pace.is_none() {
+                continue;
+            }
+            let now_rate = p.sent as f64 / dt.as_secs_f64();
+            p.sent = 0;
+            p.sending += (now_rate - p.sending) * gain;
+            let quiet = p
+                .last_data
+                .is_none_or(|t| now.saturating_duration_since(t) > QUIET);
+            if quiet {
+                // Quiet: no share; its first datagrams leave at the controller's rate.
+                p.cap = 0;
+                continue;
+            }
+            let held = p
+                .capped
+                .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_millis(100));
+            busy.push((
+                *a,
+                Demand {
+                    share: p.share,
+                    sending: p.sending as u64,
+                    held,
+                },
+            ));
+        }
+        let d: Vec<Demand> = busy.iter().map(|(_, d)| *d).collect();
+        for ((a, _), cap) in busy.iter().zip(allocate(h.carrier.rate, h.carrier.by, &d)) {
+            if let Some(p) = peers.get_mut(a) {
+                p.cap = cap.max(1);
+            }
+        }
     }
 
     /// Datagrams to `peer` leave at the rate the returned pace is set to, for as long as it
@@ -168,15 +303,10 @@ impl PacedSocket {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         // Peers whose connections are gone go too.
         peers.retain(|_, p| p.pace.strong_count() > 0);
-        peers.insert(
-            key(peer),
-            Peer {
-                pace: Arc::downgrade(&pace),
-                tokens: 0,
-                at: Instant::now(),
-                held_since: None,
-            },
-        );
+        // A new connection from a named terminal keeps the name's settings until named
+        // again (the same address: a reconnection).
+        let share = peers.get(&key(peer)).map(|p| p.share).unwrap_or_default();
+        peers.insert(key(peer), Peer::new(&pace, share));
         pace
     }
 
@@ -200,18 +330,25 @@ impl AsyncUdpSocket for PacedSocket {
         let len = t.contents.len() as i64;
         let now = Instant::now();
         let to = key(t.destination);
+        let mut peers = self.peers();
+        self.reshare(&mut peers, now);
         // Paced: the pace, and since when this datagram waited (if it did).
-        let paced = match self.peers().get_mut(&to) {
+        let paced = match peers.get_mut(&to) {
             Some(p) => match p.refill(now) {
-                Some((_, rate)) if p.tokens < 0 => {
+                Some((pace, rate)) if p.tokens < 0 => {
                     let wait = (-p.tokens) as u128 * 1_000_000_000 / rate as u128;
                     let until = now + Duration::from_nanos(wait.min(u64::MAX as u128) as u64);
                     p.held_since.get_or_insert(now);
+                    if p.share_binds(Some(&pace)) {
+                        p.capped = Some(now);
+                    }
                     HELD_UNTIL.set(Some(until));
                     return Err(io::ErrorKind::WouldBlock.into());
                 }
                 Some((pace, _)) => {
                     p.tokens -= len;
+                    p.sent += len as u64;
+                    p.last_data = Some(now);
                     Some((pace, p.held_since.take()))
                 }
                 None => {
@@ -221,6 +358,7 @@ impl AsyncUdpSocket for PacedSocket {
             },
             None => None,
         };
+        drop(peers);
         let r = self.inner.try_send(t);
         match (&r, paced) {
             (Ok(()), Some((pace, Some(since)))) => {
@@ -232,6 +370,7 @@ impl AsyncUdpSocket for PacedSocket {
             (Err(_), Some((_, since))) => {
                 if let Some(p) = self.peers().get_mut(&to) {
                     p.tokens += len;
+                    p.sent = p.sent.saturating_sub(len as u64);
                     p.held_since = since;
                 }
             }
@@ -260,7 +399,7 @@ impl AsyncUdpSocket for PacedSocket {
         let peers = self.peers();
         let mut segments = None::<usize>;
         for p in peers.values() {
-            let rate = p.pace.upgrade().map_or(0, |p| p.rate());
+            let rate = p.rate(p.pace.upgrade().as_ref());
             if rate == 0 {
                 return most;
             }

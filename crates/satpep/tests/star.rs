@@ -167,7 +167,11 @@ fn every_terminal_of_a_star_tunnels_under_its_own_name() {
         Some(pep),
     );
     let got = downloads(&lab, 6, 2.0);
-    eprintln!("goodput {got:?} Mbit/s");
+    let q = lab.link_stats().unwrap().forward;
+    eprintln!(
+        "goodput {got:?} Mbit/s; forward queue p50 {} ms, p99 {} ms",
+        q.queue_delay_p50_ms, q.queue_delay_p99_ms
+    );
     for (k, (g, _)) in got.iter().enumerate() {
         assert!(*g > 1.0, "terminal {}: {got:?}", k + 1);
     }
@@ -183,4 +187,57 @@ fn every_terminal_of_a_star_tunnels_under_its_own_name() {
         let log = lab.node_proxy_log(&st.terminal);
         assert!(log.contains(&st.client_v4), "{}'s log:\n{log}", st.terminal);
     }
+}
+
+/// The gateway shares a 30 Mbit/s carrier by weight: terminal2 weighs 2, terminal3 may have
+/// 3 Mbit/s at most; all three busy, terminal3 gets its maximum and the other two share the
+/// rest 1 : 2, with the satellite's queue short (the gateway holds what would queue there).
+#[test]
+fn a_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
+    let mut pep = Pep {
+        tunnel: Some("satellite".into()),
+        ..Default::default()
+    };
+    let carrier: satpep_proxy::config::CarrierFile = toml::from_str(
+        "rate = '30Mbit'\nshare = 'bits'\n\
+         [terminal.terminal2]\nweight = 2\n[terminal.terminal3]\nmir = '3Mbit'\n",
+    )
+    .unwrap();
+    pep.file.tunnel = Some(satpep_proxy::config::TunnelFile {
+        carrier: Some(carrier),
+        ..Default::default()
+    });
+    let lab = star(
+        "starhub",
+        3,
+        "[forward]\nrate='30Mbit'\ndelay='15ms'\n[return]\nrate='10Mbit'\ndelay='15ms'\n",
+        Some(pep),
+    );
+    let got = downloads(&lab, 10, 4.0);
+    let q = lab.link_stats().unwrap().forward;
+    eprintln!(
+        "goodput {got:?} Mbit/s; forward queue p50 {} ms, p99 {} ms",
+        q.queue_delay_p50_ms, q.queue_delay_p99_ms
+    );
+    let [(g1, _), (g2, _), (g3, _)] = got[..] else {
+        panic!("{got:?}")
+    };
+    // 3 Mbit/s of carrier, 1472 of every 1514 bytes UDP payload, less QUIC's and the
+    // flows' framing.
+    assert!(
+        (2.0..=3.0).contains(&g3),
+        "terminal3 beyond its maximum: {got:?}"
+    );
+    let ratio = g2 / g1;
+    assert!(
+        (1.6..=2.4).contains(&ratio),
+        "weights 1 : 2 gave {ratio:.2}: {got:?}"
+    );
+    let total = g1 + g2 + g3;
+    assert!(
+        total >= 0.8 * 30.0 * 1448.0 / 1514.0,
+        "the carrier was left idle: {got:?}"
+    );
+    let log = lab.node_proxy_log("gateway");
+    assert!(log.contains("shares one carrier"), "{log}");
 }
