@@ -32,6 +32,19 @@ fn star(tag: &str, terminals: u16, toml_text: &str, pep: Option<Pep>) -> Lab {
 /// one server port per client) and returns each client's goodput over the last
 /// `secs - skip` seconds, Mbit/s, and bytes received.
 fn downloads(lab: &Lab, secs: u32, skip: f64) -> Vec<(f64, u64)> {
+    let n = lab.sites().len();
+    downloads_for(lab, &vec![secs; n])
+        .iter()
+        .map(|(iv, bytes)| {
+            let mbit = satpep_lab::iperf::goodput_after(iv, skip).unwrap_or(0.0) / 1e6;
+            (mbit, *bytes)
+        })
+        .collect()
+}
+
+/// Starts a download from the server to every client at once, client K's for `secs[K-1]`
+/// seconds, and returns each one's intervals (end s, bytes) and bytes received.
+fn downloads_for(lab: &Lab, secs: &[u32]) -> Vec<(Vec<(f64, u64)>, u64)> {
     let sites = lab.sites();
     let servers: Vec<Child> = sites
         .iter()
@@ -48,7 +61,8 @@ fn downloads(lab: &Lab, secs: u32, skip: f64) -> Vec<(f64, u64)> {
     std::thread::sleep(std::time::Duration::from_millis(500));
     let clients: Vec<Child> = sites
         .iter()
-        .map(|st| {
+        .zip(secs)
+        .map(|(st, secs)| {
             satpep_lab::sys::in_ns(&lab.node_ns(&st.client), "iperf3")
                 .args([
                     "-c",
@@ -79,12 +93,29 @@ fn downloads(lab: &Lab, secs: u32, skip: f64) -> Vec<(f64, u64)> {
                 v["error"],
                 String::from_utf8_lossy(&out.stderr)
             );
-            let iv = satpep_lab::iperf::intervals(&v);
-            let mbit = satpep_lab::iperf::goodput_after(&iv, skip).unwrap_or(0.0) / 1e6;
             let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-            (mbit, bytes)
+            (satpep_lab::iperf::intervals(&v), bytes)
         })
         .collect()
+}
+
+/// Goodput of `intervals` from `from` to `to` s, Mbit/s.
+fn goodput_between(intervals: &[(f64, u64)], from: f64, to: f64) -> f64 {
+    let mut prev = 0.0;
+    let (mut bytes, mut secs) = (0u64, 0.0);
+    for &(end, b) in intervals {
+        // iperf3's intervals end a few ms after each second.
+        if prev >= from - 0.05 && end <= to + 0.05 {
+            bytes += b;
+            secs += end - prev;
+        }
+        prev = end;
+    }
+    if secs > 0.0 {
+        bytes as f64 * 8.0 / secs / 1e6
+    } else {
+        0.0
+    }
 }
 
 /// Three terminals on a 20 Mbit/s carrier, the third faded to 5 Mbit/s (its frames take four
@@ -240,4 +271,72 @@ fn a_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
     );
     let log = lab.node_proxy_log("gateway");
     assert!(log.contains("shares one carrier"), "{log}");
+}
+
+/// Shared in time: terminal3's link is faded to a quarter of the carrier's rate, and the
+/// gateway knows it. Each busy terminal gets a third of the carrier's time, so terminal3 a
+/// quarter of the others' bits; when terminal3's download ends (4 s), the two others take
+/// its time within about a second.
+#[test]
+fn shared_in_time_a_faded_terminal_gets_its_time_and_a_quiet_ones_share_is_taken() {
+    let t3 = site(3);
+    let mut pep = Pep {
+        tunnel: Some("satellite".into()),
+        ..Default::default()
+    };
+    let carrier: satpep_proxy::config::CarrierFile =
+        toml::from_str("rate = '24Mbit'\nshare = 'time'\n[terminal.terminal3]\nrate = '6Mbit'\n")
+            .unwrap();
+    pep.file.tunnel = Some(satpep_proxy::config::TunnelFile {
+        carrier: Some(carrier),
+        ..Default::default()
+    });
+    let lab = star(
+        "startime",
+        3,
+        &format!(
+            "[forward]\nrate='24Mbit'\ndelay='15ms'\n[return]\nrate='10Mbit'\ndelay='15ms'\n\
+             [[forward.path]]\nhosts=['{}', '{}']\nrate='6Mbit'\n",
+            t3.client_net_v4, t3.sat_v4
+        ),
+        Some(pep),
+    );
+    let got = downloads_for(&lab, &[10, 10, 4]);
+    let busy: Vec<f64> = got
+        .iter()
+        .map(|(iv, _)| goodput_between(iv, 1.0, 4.0))
+        .collect();
+    let after: Vec<f64> = got[..2]
+        .iter()
+        .map(|(iv, _)| goodput_between(iv, 6.0, 9.0))
+        .collect();
+    let q = lab.link_stats().unwrap().forward;
+    let second: Vec<String> = (3..8)
+        .map(|t| {
+            format!(
+                "{:.1}",
+                goodput_between(&got[0].0, t as f64, t as f64 + 1.0)
+            )
+        })
+        .collect();
+    eprintln!(
+        "1-4 s {busy:?} Mbit/s; 6-9 s {after:?}; terminal 1 from 3 s, by the second: {second:?}; forward queue p50 {} ms, p99 {} ms",
+        q.queue_delay_p50_ms, q.queue_delay_p99_ms
+    );
+    // A third of the time each: 8, 8 and 2 Mbit/s of carrier (payload a few % less).
+    for (k, want) in [(0, 8.0), (1, 8.0), (2, 2.0)] {
+        assert!(
+            (busy[k] / want - 0.95).abs() < 0.15,
+            "terminal {}: {busy:?} (want about {want} Mbit/s of carrier)",
+            k + 1
+        );
+    }
+    // terminal3 quiet: 12 Mbit/s each.
+    for (k, g) in after.iter().enumerate() {
+        assert!(
+            (g / 12.0 - 0.95).abs() < 0.15,
+            "terminal {} after terminal3 stopped: {after:?}",
+            k + 1
+        );
+    }
 }
