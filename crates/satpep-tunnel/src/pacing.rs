@@ -56,6 +56,9 @@ thread_local! {
 #[derive(Debug, Default)]
 pub struct Pace {
     rate: AtomicU64,
+    /// The connection's share of a hub's carrier while that share holds it back, bytes/s
+    /// (0: none, or not held back).
+    share: AtomicU64,
     /// Transmits held so far: read on every acknowledgement, without the lock.
     holds: AtomicU64,
     /// The last transmit held: how long, its length.
@@ -76,6 +79,12 @@ impl Pace {
     /// The rate set, bytes per second (0: unpaced).
     pub fn rate(&self) -> u64 {
         self.rate.load(Relaxed)
+    }
+
+    /// The connection's share of a hub's carrier, bytes/s, while that share (not its
+    /// controller) holds it back; 0 otherwise.
+    pub fn share(&self) -> u64 {
+        self.share.load(Relaxed)
     }
 
     /// The last transmit (a datagram or a GSO batch), `len` bytes, left after waiting
@@ -288,9 +297,21 @@ impl PacedSocket {
             ));
         }
         let d: Vec<Demand> = busy.iter().map(|(_, d)| *d).collect();
-        for ((a, _), cap) in busy.iter().zip(allocate(h.carrier.rate, h.carrier.by, &d)) {
+        // What each would get were all held back by their shares: a terminal sending less
+        // than its share may always send that much (a window-limited start sends in bursts
+        // an average of 100 ms does not show); what it leaves goes to the others until the
+        // next computation.
+        let all_held: Vec<Demand> = d.iter().map(|d| Demand { held: true, ..*d }).collect();
+        let fair = allocate(h.carrier.rate, h.carrier.by, &all_held);
+        let shares = allocate(h.carrier.rate, h.carrier.by, &d);
+        for (((a, dm), share), fair) in busy.iter().zip(shares).zip(fair) {
             if let Some(p) = peers.get_mut(a) {
-                p.cap = cap.max(1);
+                p.cap = share.max(fair).max(1);
+                // A controller held back by its share is told it, so it runs at a share
+                // that grew at once instead of finding it by probing.
+                if let Some(pace) = p.pace.upgrade() {
+                    pace.share.store(if dm.held { p.cap } else { 0 }, Relaxed);
+                }
             }
         }
     }

@@ -71,6 +71,11 @@ enum LabSub {
         /// entries give one terminal its own rate, loss or delay (docs/lab.md, "A star").
         #[arg(long, value_name = "N", default_value_t = 1)]
         terminals: u16,
+        /// With --pep: a proxy configuration (proxy.toml's format) every proxy starts from;
+        /// the lab then sets interception, the satellite side, the tunnel's peer and keys, and
+        /// what --tell-pep says. The gateway's [tunnel.carrier] shares a star's carrier.
+        #[arg(long, value_name = "FILE", requires = "pep")]
+        proxy_config: Option<std::path::PathBuf>,
         #[command(flatten)]
         link: Box<LinkArgs>,
     },
@@ -207,15 +212,22 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             handshake,
             tell_pep,
             terminals,
+            proxy_config,
             link,
         } => {
             let spec = link.spec()?;
             let cfg = spec.resolve()?;
             let told = satpep_lab::topology::Told::parse(&tell_pep, || Ok(cfg.clone()))
                 .map_err(|e| format!("--tell-pep: {e}"))?;
-            let pep = pep
+            let mut pep = pep
                 .pep(cc, terminal_only, handshake, None, told)
                 .map_err(|e| format!("--{}: {}", e.key.replace('_', "-"), e.why))?;
+            if let (Some(path), Some(pep)) = (&proxy_config, pep.as_mut()) {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("--proxy-config {}: {e}", path.display()))?;
+                pep.file = satpep_proxy::config::ProxyFile::parse(&text)
+                    .map_err(|e| format!("--proxy-config {}: {e}", path.display()))?;
+            }
             let opts = UpOptions {
                 check: !no_check,
                 pep,

@@ -320,6 +320,8 @@ pub struct Host {
     memory: Option<PathMemory>,
     /// Where the model's pacing rate goes, if anywhere (the endpoint's socket applies it).
     pace: Option<Arc<Pace>>,
+    /// When the model last took a hub's share as its rate.
+    shared_at: Option<Instant>,
     /// The pacer's holds taken so far (see [`Pace::take_hold`]).
     holds_seen: u64,
     /// Where the model's figures go for the proxy, if anywhere, and when they last went.
@@ -372,6 +374,7 @@ impl Host {
             losses: LossCounts::default(),
             memory: None,
             pace: None,
+            shared_at: None,
             holds_seen: 0,
             readings: None,
             guard: GapGuard::new(now),
@@ -549,9 +552,39 @@ impl Host {
         self.batch_acked = 0;
         let phase = self.model.phase();
         self.model.on_ack(&a);
+        self.follow_share(now, &a);
         self.log_phase(phase);
         self.set_pace(now);
         self.publish(now, self.model.phase() != phase);
+    }
+
+    /// A hub's gateway holds this connection to its share of the carrier (see
+    /// [`crate::hub`]): when that share grows past the model's rate (another terminal went
+    /// quiet), the model runs at it from now, as a warm start does, instead of finding it by
+    /// probing for seconds; at most once a round trip.
+    fn follow_share(&mut self, now: Instant, a: &Ack) {
+        let Some(share) = self.pace.as_ref().map(|p| p.share()).filter(|&s| s > 0) else {
+            return;
+        };
+        let bw = self.model.bw();
+        if share <= bw + bw / 8
+            || self
+                .shared_at
+                .is_some_and(|t| now.saturating_duration_since(t) < self.srtt)
+        {
+            return;
+        }
+        let Some(base_us) = self.model.base_rtt_us() else {
+            return;
+        };
+        self.model.resume(
+            a,
+            &Path {
+                bw: share.min(u32::MAX as u64) as u32,
+                base_us,
+            },
+        );
+        self.shared_at = Some(now);
     }
 
     /// Publishes the model's figures, if someone reads them: every [`PUBLISH_EVERY`], or
