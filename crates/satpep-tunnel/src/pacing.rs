@@ -56,8 +56,7 @@ thread_local! {
 #[derive(Debug, Default)]
 pub struct Pace {
     rate: AtomicU64,
-    /// The connection's share of a hub's carrier while that share holds it back, bytes/s
-    /// (0: none, or not held back).
+    /// The connection's share of a hub's carrier while it is busy, bytes/s (0: none).
     share: AtomicU64,
     /// Transmits held so far: read on every acknowledgement, without the lock.
     holds: AtomicU64,
@@ -81,8 +80,7 @@ impl Pace {
         self.rate.load(Relaxed)
     }
 
-    /// The connection's share of a hub's carrier, bytes/s, while that share (not its
-    /// controller) holds it back; 0 otherwise.
+    /// The connection's share of a hub's carrier while it is busy, bytes/s; 0 otherwise.
     pub fn share(&self) -> u64 {
         self.share.load(Relaxed)
     }
@@ -248,9 +246,14 @@ impl PacedSocket {
         }
     }
 
-    /// Each peer's share of the carrier now, bytes/s, by address (empty without a carrier).
-    pub fn shares(&self) -> Vec<(SocketAddr, u64)> {
-        self.peers().iter().map(|(a, p)| (*a, p.cap)).collect()
+    /// `peer`'s share of the carrier now, bytes/s (0: none: no carrier, or quiet).
+    pub fn share_of(&self, peer: SocketAddr) -> u64 {
+        self.peers().get(&key(peer)).map_or(0, |p| p.cap)
+    }
+
+    /// Whether a carrier is shared.
+    pub fn shares_carrier(&self) -> bool {
+        self.hub.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// Recomputes the peers' shares if [`crate::hub::EVERY`] has passed (see [`crate::hub`]).
@@ -282,6 +285,9 @@ impl PacedSocket {
             if quiet {
                 // Quiet: no share; its first datagrams leave at the controller's rate.
                 p.cap = 0;
+                if let Some(pace) = &pace {
+                    pace.share.store(0, Relaxed);
+                }
                 continue;
             }
             let held = p
@@ -304,13 +310,13 @@ impl PacedSocket {
         let all_held: Vec<Demand> = d.iter().map(|d| Demand { held: true, ..*d }).collect();
         let fair = allocate(h.carrier.rate, h.carrier.by, &all_held);
         let shares = allocate(h.carrier.rate, h.carrier.by, &d);
-        for (((a, dm), share), fair) in busy.iter().zip(shares).zip(fair) {
+        for (((a, _), share), fair) in busy.iter().zip(shares).zip(fair) {
             if let Some(p) = peers.get_mut(a) {
                 p.cap = share.max(fair).max(1);
-                // A controller held back by its share is told it, so it runs at a share
-                // that grew at once instead of finding it by probing.
+                // Its controller is told its share, so it runs at a share that grew at
+                // once instead of finding it by probing.
                 if let Some(pace) = p.pace.upgrade() {
-                    pace.share.store(if dm.held { p.cap } else { 0 }, Relaxed);
+                    pace.share.store(p.cap, Relaxed);
                 }
             }
         }

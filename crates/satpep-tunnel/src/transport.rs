@@ -53,6 +53,17 @@ impl Hop {
         }
     }
 
+    /// The send window of a connection held to `bytes_per_s` (a hub's share of the carrier)
+    /// over a path of `rtt`: eight of its BDPs and at least 4 MiB, never above
+    /// [`Hop::send_window`]. Data a share holds back waits in this window, so a gateway's
+    /// memory per terminal follows its share instead of the whole hop's rate.
+    pub fn send_window_at(&self, bytes_per_s: u64, rtt: Duration) -> u64 {
+        let bdp = (bytes_per_s as u128 * rtt.as_nanos() / 1_000_000_000) as u64;
+        (2 * WINDOW_BDPS * bdp)
+            .max(MIN_WINDOW)
+            .min(self.send_window())
+    }
+
     /// Bytes the peer may send ahead of this side's reading, per stream: four BDPs (see
     /// [`WINDOW_BDPS`]), at least 4 MiB (32 MiB without a known rate), so one flow alone
     /// can fill the hop.
@@ -199,5 +210,15 @@ mod tests {
         assert_eq!(fast.stream_window(), 300_000_000);
         assert_eq!(fast.receive_window(), 1_200_000_000);
         assert_eq!(fast.socket_buffer(), 75_000_000);
+        // A hub's share of 1 MB/s over 600 ms: 8 × 600 kB.
+        assert_eq!(
+            h.send_window_at(1_000_000, Duration::from_millis(600)),
+            4_800_000
+        );
+        assert_eq!(h.send_window_at(1_000, Duration::from_millis(600)), 4 << 20);
+        assert_eq!(
+            h.send_window_at(1 << 40, Duration::from_millis(600)),
+            h.send_window()
+        );
     }
 }

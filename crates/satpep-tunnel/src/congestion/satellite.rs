@@ -559,18 +559,20 @@ impl Host {
     }
 
     /// A hub's gateway holds this connection to its share of the carrier (see
-    /// [`crate::hub`]): when that share grows past the model's rate (another terminal went
+    /// [`crate::hub`]): when that share is well above the model's rate (another terminal went
     /// quiet), the model runs at it from now, as a warm start does, instead of finding it by
-    /// probing for seconds; at most once a round trip.
+    /// probing for seconds; at most once in eight round trips and a second, so a share the
+    /// terminal's own link cannot carry (a fade the gateway was not told of) is tried again
+    /// only now and then.
     fn follow_share(&mut self, now: Instant, a: &Ack) {
         let Some(share) = self.pace.as_ref().map(|p| p.share()).filter(|&s| s > 0) else {
             return;
         };
         let bw = self.model.bw();
         if share <= bw + bw / 8
-            || self
-                .shared_at
-                .is_some_and(|t| now.saturating_duration_since(t) < self.srtt)
+            || self.shared_at.is_some_and(|t| {
+                now.saturating_duration_since(t) < (self.srtt * 8).max(Duration::from_secs(1))
+            })
         {
             return;
         }
