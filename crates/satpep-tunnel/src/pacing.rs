@@ -283,6 +283,9 @@ impl PacedSocket {
                 .last_data
                 .is_none_or(|t| now.saturating_duration_since(t) > QUIET);
             if quiet {
+                if p.cap > 0 {
+                    tracing::debug!(peer = %a, "hub: peer quiet, its share goes to the others");
+                }
                 // Quiet: no share; its first datagrams leave at the controller's rate.
                 p.cap = 0;
                 if let Some(pace) = &pace {
@@ -312,7 +315,11 @@ impl PacedSocket {
         let shares = allocate(h.carrier.rate, h.carrier.by, &d);
         for (((a, _), share), fair) in busy.iter().zip(shares).zip(fair) {
             if let Some(p) = peers.get_mut(a) {
-                p.cap = share.max(fair).max(1);
+                let cap = share.max(fair).max(1);
+                if cap.abs_diff(p.cap) > p.cap / 4 {
+                    tracing::debug!(peer = %a, from = p.cap, to = cap, sending = p.sending as u64, "hub: share changed");
+                }
+                p.cap = cap;
                 // Its controller is told its share, so it runs at a share that grew at
                 // once instead of finding it by probing.
                 if let Some(pace) = p.pace.upgrade() {
