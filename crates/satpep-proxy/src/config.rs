@@ -213,7 +213,7 @@ pub struct TunnelConfig {
     /// Gateway: the revocation list's file. A reload reads it again.
     pub crl: Option<std::path::PathBuf>,
     /// Gateway: the forward carrier shared among the terminals (None: each terminal at its
-    /// own controller's rate).
+    /// own controller's rate). A reload applies it.
     pub carrier: Option<satpep_tunnel::hub::Carrier>,
 }
 
@@ -223,11 +223,12 @@ impl TunnelConfig {
         satpep_tunnel::admission::Admission::load(self.terminals.as_deref(), self.crl.as_deref())
     }
 
-    /// Equal but for what a reload applies (the admission's keys).
-    pub fn same_but_admission(&self, o: &Self) -> bool {
+    /// Equal but for what a reload applies (the admission's keys and the shared carrier).
+    pub fn same_but_reloadable(&self, o: &Self) -> bool {
         self == &TunnelConfig {
             terminals: self.terminals.clone(),
             crl: self.crl.clone(),
+            carrier: self.carrier.clone(),
             ..o.clone()
         }
     }

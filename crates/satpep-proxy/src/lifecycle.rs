@@ -85,11 +85,12 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig, legs_reload: bool) -> Ve
     differ("proxy.drain", old.drain != new.drain);
     differ("proxy.log_summary", old.log_summary != new.log_summary);
     differ("adaptive", old.adaptive != new.adaptive);
-    // What the gateway admits is applied by a reload; the rest of the tunnel is not.
+    // What the gateway admits and the carrier it shares are applied by a reload; the rest
+    // of the tunnel is not.
     differ(
         "tunnel",
         match (&old.tunnel, &new.tunnel) {
-            (Some(a), Some(b)) => !a.same_but_admission(b),
+            (Some(a), Some(b)) => !a.same_but_reloadable(b),
             (a, b) => a != b,
         },
     );
@@ -261,13 +262,15 @@ fn with_selection(old: &ProxyConfig, new: &ProxyConfig) -> ProxyConfig {
 /// resolved); `legs`, where the accept loop reads the legs new connections get (`None`: a
 /// tunnel gateway, whose leg changes wait for a restart); `admission`, where a tunnel
 /// gateway reads what it admits (read again at every reload: the revocation list's file may
-/// have changed when the configuration did not).
+/// have changed when the configuration did not); `carrier`, a tunnel gateway's socket, which
+/// shares the carrier a reload sets.
 pub async fn keep(
     mut cfg: ProxyConfig,
     reg: Arc<Registry>,
     mut reload: UnboundedReceiver<Reload>,
     legs: Option<tokio::sync::watch::Sender<Legs>>,
     admission: Option<tokio::sync::watch::Sender<Arc<satpep_tunnel::admission::Admission>>>,
+    carrier: Option<Arc<satpep_tunnel::pacing::PacedSocket>>,
 ) {
     let k = &reg.counters;
     k.interception_installed.store(1, Relaxed);
@@ -363,9 +366,16 @@ pub async fn keep(
                                     tx.send_replace(Arc::new(a));
                                 }
                                 if let (Some(old), Some(t)) = (&mut cfg.tunnel, &new.tunnel) {
-                                    if old.same_but_admission(t) {
+                                    if old.same_but_reloadable(t) {
                                         (old.terminals, old.crl) = (t.terminals.clone(), t.crl.clone());
                                     }
+                                }
+                            }
+                            if let (Some(sock), Some(old), Some(t)) = (&carrier, &mut cfg.tunnel, &new.tunnel) {
+                                if old.same_but_reloadable(t) && old.carrier != t.carrier {
+                                    changes.push("tunnel carrier".into());
+                                    sock.share_carrier(t.carrier.clone());
+                                    old.carrier = t.carrier.clone();
                                 }
                             }
                             info!(interception_changed = changed, changes = %changes.join(", "), "configuration reloaded");

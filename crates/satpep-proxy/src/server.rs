@@ -281,6 +281,7 @@ async fn intercept(
         reload,
         Some(legs_tx),
         None,
+        None,
     ));
     let cfg = Arc::new(cfg);
     let adaptive = cfg
@@ -940,6 +941,7 @@ async fn gateway(
         reload,
         None,
         Some(admission_tx),
+        Some(ep.paced()),
     ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);

@@ -70,6 +70,11 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The endpoint's socket (a gateway's shares its carrier through it).
+    pub fn paced(&self) -> Arc<PacedSocket> {
+        self.paced.clone()
+    }
+
     /// The transport of a new connection with `peer`: its controller paces the datagrams
     /// to `peer`, publishes what it measures in the readings returned and, given a
     /// `memory`, starts from the path the last connection measured.
@@ -650,9 +655,7 @@ pub async fn run_gateway(
                     let id = terminal_of(&conn).unwrap_or(PeerId { name: "?".into(), serial: Vec::new() });
                     info!(%from, terminal = %id.name, "tunnel peer authenticated");
                     paced.name(from, &id.name);
-                    if paced.shares_carrier() {
-                        tokio::spawn(follow_share(conn.clone(), paced.clone(), hop, from));
-                    }
+                    tokio::spawn(follow_share(conn.clone(), paced.clone(), hop, from));
                     let flows = Arc::new(AtomicU64::new(0));
                     let t = crate::registry::Tunnel { conn: conn.clone(), readings, id, flows: Some(flows.clone()) };
                     tokio::spawn(watch(t.clone(), reg.clone()));
@@ -686,8 +689,9 @@ pub async fn run_gateway(
     Ok(())
 }
 
-/// Sizes a terminal's send window from its share of a hub's carrier, from the handshake on
-/// and five times a second while its connection lives: what its share holds back waits in
+/// Sizes a terminal's send window from its share of a hub's carrier (the hop's own without
+/// one: a reload may set or remove it), from the handshake on and five times a second while
+/// its connection lives: what its share holds back waits in
 /// that window at the gateway, and the hop's whole-rate window (64 MiB without a told rate)
 /// let a gateway carrying 50 terminals hold 1.7 GB. A quiet terminal has the least window
 /// (4 MiB) until its share is known.
@@ -700,7 +704,11 @@ async fn follow_share(
     let mut last = 0;
     loop {
         let rtt = conn.rtt().max(hop.rtt);
-        let window = hop.send_window_at(paced.share_of(from), rtt);
+        let window = if paced.shares_carrier() {
+            hop.send_window_at(paced.share_of(from), rtt)
+        } else {
+            hop.send_window()
+        };
         // Grown at once, shrunk only by a quarter or more (a window that shrinks under
         // buffered data only stops new writes until it drains).
         if window > last || window < last - last / 4 {

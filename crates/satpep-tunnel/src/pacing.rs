@@ -129,6 +129,8 @@ struct Peer {
     cap: u64,
     /// Its settings on the carrier (its terminal's, once named).
     share: crate::hub::TerminalShare,
+    /// Its terminal's name, once known (a carrier set again takes its settings anew).
+    name: Option<String>,
     /// Bytes of paced datagrams sent since the shares were last computed.
     sent: u64,
     /// What it sent lately, bytes/s (smoothed over about 100 ms).
@@ -148,6 +150,7 @@ impl Peer {
             held_since: None,
             cap: 0,
             share,
+            name: None,
             sent: 0,
             sending: 0.0,
             last_data: None,
@@ -224,8 +227,16 @@ impl PacedSocket {
     pub fn share_carrier(&self, carrier: Option<crate::hub::Carrier>) {
         let mut peers = self.peers();
         let mut hub = self.hub.lock().unwrap_or_else(|e| e.into_inner());
-        if carrier.is_none() {
-            peers.values_mut().for_each(|p| p.cap = 0);
+        for p in peers.values_mut() {
+            match &carrier {
+                None => {
+                    p.cap = 0;
+                    if let Some(pace) = p.pace.upgrade() {
+                        pace.share.store(0, Relaxed);
+                    }
+                }
+                Some(c) => p.share = p.name.as_deref().map(|n| c.terminal(n)).unwrap_or_default(),
+            }
         }
         *hub = carrier.map(|carrier| Hub {
             carrier,
@@ -241,8 +252,11 @@ impl PacedSocket {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .map(|h| h.carrier.terminal(name));
-        if let (Some(share), Some(p)) = (share, self.peers().get_mut(&key(peer))) {
-            p.share = share;
+        if let Some(p) = self.peers().get_mut(&key(peer)) {
+            p.name = Some(name.to_string());
+            if let Some(share) = share {
+                p.share = share;
+            }
         }
     }
 
@@ -339,8 +353,13 @@ impl PacedSocket {
         peers.retain(|_, p| p.pace.strong_count() > 0);
         // A new connection from a named terminal keeps the name's settings until named
         // again (the same address: a reconnection).
-        let share = peers.get(&key(peer)).map(|p| p.share).unwrap_or_default();
-        peers.insert(key(peer), Peer::new(&pace, share));
+        let (share, name) = peers
+            .get(&key(peer))
+            .map(|p| (p.share, p.name.clone()))
+            .unwrap_or_default();
+        let mut p = Peer::new(&pace, share);
+        p.name = name;
+        peers.insert(key(peer), p);
         pace
     }
 

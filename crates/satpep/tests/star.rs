@@ -273,6 +273,37 @@ fn a_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
     );
     let log = lab.node_proxy_log("gateway");
     assert!(log.contains("shares one carrier"), "{log}");
+
+    // A reload moves the weight of 2 from terminal2 to terminal, live.
+    let file = satpep_lab::topology::state_dir(&lab.name).join("proxy-gateway.toml");
+    let mut f =
+        satpep_proxy::config::ProxyFile::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let c = f.tunnel.as_mut().unwrap().carrier.as_mut().unwrap();
+    let w = c.terminal.remove("terminal2").unwrap();
+    c.terminal.insert("terminal".into(), w);
+    std::fs::write(&file, toml::to_string(&f).unwrap()).unwrap();
+    let pid = std::process::Command::new("pgrep")
+        .args(["-f", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let pid: i32 = String::from_utf8_lossy(&pid.stdout).trim().parse().unwrap();
+    // SAFETY: signalling the lab's gateway proxy.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let applied = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        lab.node_proxy_log("gateway").contains("tunnel carrier")
+    });
+    assert!(applied, "{}", lab.node_proxy_log("gateway"));
+    let got = downloads(&lab, 8, 3.0);
+    eprintln!("after the reload: goodput {got:?} Mbit/s");
+    let ratio = got[0].0 / got[1].0;
+    assert!(
+        (1.6..=2.4).contains(&ratio),
+        "weights 2 : 1 gave {ratio:.2}: {got:?}"
+    );
+    assert!(!lab
+        .node_proxy_log("gateway")
+        .contains("take effect at the next start"));
 }
 
 /// Shared in time: terminal3's link is faded to a quarter of the carrier's rate, and the
