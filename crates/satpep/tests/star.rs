@@ -380,3 +380,38 @@ fn shared_in_time_a_faded_terminal_gets_its_time_and_a_quiet_ones_share_is_taken
         );
     }
 }
+
+/// A committed rate holds against weights: terminal3 weighs a tenth of the others but is
+/// committed 12 of the 30 Mbit/s carrier; the other two share the remaining 18.
+#[test]
+fn a_committed_rate_holds_against_the_weights() {
+    let mut pep = Pep {
+        tunnel: Some("satellite".into()),
+        ..Default::default()
+    };
+    let carrier: satpep_proxy::config::CarrierFile = toml::from_str(
+        "rate = '30Mbit'\nshare = 'bits'\n[terminal.terminal3]\nweight = 0.1\ncir = '12Mbit'\n",
+    )
+    .unwrap();
+    pep.file.tunnel = Some(satpep_proxy::config::TunnelFile {
+        carrier: Some(carrier),
+        ..Default::default()
+    });
+    let lab = star(
+        "starcir",
+        3,
+        "[forward]\nrate='30Mbit'\ndelay='15ms'\n[return]\nrate='10Mbit'\ndelay='15ms'\n",
+        Some(pep),
+    );
+    let got = downloads(&lab, 8, 3.0);
+    eprintln!("goodput {got:?} Mbit/s");
+    // Shares are of UDP payload: goodput is a few percent below them.
+    let want = [9.0, 9.0, 12.0];
+    for (k, ((g, _), w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g / w - 0.95).abs() < 0.1,
+            "terminal {}: {got:?} (share {w} Mbit/s)",
+            k + 1
+        );
+    }
+}
