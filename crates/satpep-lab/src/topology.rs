@@ -253,6 +253,23 @@ fn one_terminal() -> u16 {
     1
 }
 
+impl LabState {
+    /// Every node and its addresses: the line's hosts, then a star's other clients and
+    /// terminals (`lab up --json` prints this list).
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        self.hosts
+            .iter()
+            .map(|h| NodeInfo {
+                host: h.host.name().into(),
+                netns: h.netns.clone(),
+                ipv4: h.ipv4.clone(),
+                ipv6: h.ipv6.clone(),
+            })
+            .chain(self.star.iter().cloned())
+            .collect()
+    }
+}
+
 /// Checks a lab name: short, and safe in namespace and file names.
 pub fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
@@ -919,15 +936,44 @@ impl Lab {
             run("ip", &["netns", "add", ns])?;
         }
         let [c, t, l, g, s] = Host::ALL.map(|h| self.ns(h));
-        // Before any interface exists, so new interfaces inherit the defaults (no DAD probes).
-        for ns in [&c, &t, &g, &s] {
-            self.sysctls(
-                ns,
-                &[
-                    "net.ipv6.conf.all.accept_dad=0",
-                    "net.ipv6.conf.default.accept_dad=0",
-                ],
-            )?;
+        let star: Vec<Site> = (2..=self.state.terminals).map(site).collect();
+        let clients = star.iter().map(|st| node_netns(&self.name, &st.client));
+        let terminals = star.iter().map(|st| node_netns(&self.name, &st.terminal));
+        // Set before any interface exists, so new interfaces inherit the defaults: no DAD
+        // probes; no host caches an ssthresh carrying one run's losses into the next.
+        let every = [
+            "net.ipv6.conf.all.accept_dad=0",
+            "net.ipv6.conf.default.accept_dad=0",
+            "net.ipv4.tcp_no_metrics_save=1",
+        ];
+        // End hosts: buffers big enough for a GEO bandwidth-delay product, autotuned from
+        // the kernel's defaults.
+        let end_host: Vec<&str> = every
+            .iter()
+            .copied()
+            .chain([
+                "net.ipv4.tcp_rmem=4096 131072 134217728",
+                "net.ipv4.tcp_wmem=4096 65536 134217728",
+            ])
+            .collect();
+        // The PEPs' hosts route, and have what satpep asks of the host it runs on (`satpep
+        // proxy --check` warns where a host falls short; docs/proxy.md, "Host settings").
+        use satpep_proxy::preflight::{sysctl_triple, HOST_SYSCTLS};
+        let pep_host: Vec<String> = HOST_SYSCTLS
+            .iter()
+            .map(|&(k, v)| format!("{k}={}", sysctl_triple(v)))
+            .collect();
+        let router: Vec<&str> = every
+            .iter()
+            .copied()
+            .chain(["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"])
+            .chain(pep_host.iter().map(String::as_str))
+            .collect();
+        for ns in [c.clone(), s.clone()].into_iter().chain(clients) {
+            self.sysctls(&ns, &end_host)?;
+        }
+        for ns in [t.clone(), g.clone()].into_iter().chain(terminals) {
+            self.sysctls(&ns, &router)?;
         }
         // The link host is a wire, not a host: no IPv6 autoconfiguration chatter from it.
         self.sysctls(
@@ -937,38 +983,6 @@ impl Lab {
                 "net.ipv6.conf.default.disable_ipv6=1",
             ],
         )?;
-        for ns in [&t, &g] {
-            self.sysctls(
-                ns,
-                &["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
-            )?;
-        }
-        // End hosts: buffers big enough for a GEO bandwidth-delay product, autotuned from
-        // the kernel's defaults. No host caches an ssthresh carrying one run's losses into
-        // the next.
-        for ns in [&c, &s] {
-            self.sysctls(
-                ns,
-                &[
-                    "net.ipv4.tcp_rmem=4096 131072 134217728",
-                    "net.ipv4.tcp_wmem=4096 65536 134217728",
-                ],
-            )?;
-        }
-        // The PEPs' hosts: what satpep asks of the host it runs on (`satpep proxy --check`
-        // warns where a host falls short; docs/proxy.md, "Host settings").
-        use satpep_proxy::preflight::{sysctl_triple, HOST_SYSCTLS};
-        let pep_host: Vec<String> = HOST_SYSCTLS
-            .iter()
-            .map(|&(k, v)| format!("{k}={}", sysctl_triple(v)))
-            .collect();
-        let pep_host: Vec<&str> = pep_host.iter().map(String::as_str).collect();
-        for ns in [&t, &g] {
-            self.sysctls(ns, &pep_host)?;
-        }
-        for ns in [&c, &t, &g, &s] {
-            self.sysctls(ns, &["net.ipv4.tcp_no_metrics_save=1"])?;
-        }
         // veth pairs are created straight into their namespaces, so names never clash.
         ip_batch(
             None,
@@ -1064,35 +1078,6 @@ impl Lab {
         let [_, _, l, g, _] = Host::ALL.map(|h| self.ns(h));
         let sites: Vec<Site> = (2..=n).map(site).collect();
         let ns = |node: &str| node_netns(&self.name, node);
-        for st in &sites {
-            self.sysctls(
-                &ns(&st.client),
-                &[
-                    "net.ipv6.conf.all.accept_dad=0",
-                    "net.ipv6.conf.default.accept_dad=0",
-                    "net.ipv4.tcp_rmem=4096 131072 134217728",
-                    "net.ipv4.tcp_wmem=4096 65536 134217728",
-                    "net.ipv4.tcp_no_metrics_save=1",
-                ],
-            )?;
-            use satpep_proxy::preflight::{sysctl_triple, HOST_SYSCTLS};
-            let mut kv: Vec<String> = HOST_SYSCTLS
-                .iter()
-                .map(|&(k, v)| format!("{k}={}", sysctl_triple(v)))
-                .collect();
-            kv.extend(
-                [
-                    "net.ipv6.conf.all.accept_dad=0",
-                    "net.ipv6.conf.default.accept_dad=0",
-                    "net.ipv4.ip_forward=1",
-                    "net.ipv6.conf.all.forwarding=1",
-                    "net.ipv4.tcp_no_metrics_save=1",
-                ]
-                .map(String::from),
-            );
-            let kv: Vec<&str> = kv.iter().map(String::as_str).collect();
-            self.sysctls(&ns(&st.terminal), &kv)?;
-        }
         // Terminal 1's link-side end becomes bridge port t1; the emulator's `to-term` faces
         // the bridge through star0.
         let mut links = vec![

@@ -168,9 +168,8 @@ impl Peer {
     }
 
     /// Whether its share, not its controller, sets its rate.
-    fn share_binds(&self, pace: Option<&Arc<Pace>>) -> bool {
-        let rate = pace.map_or(0, |p| p.rate());
-        self.cap > 0 && (rate == 0 || rate >= self.cap)
+    fn share_binds(&self, pace: &Pace) -> bool {
+        self.cap > 0 && (pace.rate() == 0 || pace.rate() >= self.cap)
     }
 
     /// Refills the bucket to `now`; the peer's pace and rate, if it is paced.
@@ -185,8 +184,7 @@ impl Peer {
         }
         let add = (rate as u128 * dt / 1_000_000_000).min(i64::MAX as u128) as i64;
         self.tokens = self.tokens.saturating_add(add).min(burst(rate) as i64);
-        // A hub's cap paces a peer whose controller sets no rate too.
-        Some((pace.unwrap_or_default(), rate))
+        pace.map(|p| (p, rate))
     }
 }
 
@@ -197,11 +195,92 @@ struct Hub {
     at: Instant,
 }
 
+/// The paced peers and the carrier they share, under one lock: a datagram's send reads
+/// both.
+#[derive(Debug, Default)]
+struct Peers {
+    by_addr: HashMap<SocketAddr, Peer>,
+    hub: Option<Hub>,
+}
+
+impl Peers {
+    /// Recomputes the peers' shares if [`crate::hub::EVERY`] has passed (see [`crate::hub`]).
+    fn reshare(&mut self, now: Instant) {
+        use crate::hub::{allocate, Demand, QUIET};
+        let Peers {
+            by_addr: peers,
+            hub,
+        } = self;
+        let Some(h) = hub.as_mut() else {
+            return;
+        };
+        let dt = now.saturating_duration_since(h.at);
+        if dt < crate::hub::EVERY {
+            return;
+        }
+        h.at = now;
+        // Smoothed over about 100 ms.
+        let gain = (dt.as_secs_f64() / 0.1).min(1.0);
+        let mut busy = Vec::new();
+        for (a, p) in peers.iter_mut() {
+            let Some(pace) = p.pace.upgrade() else {
+                continue;
+            };
+            let now_rate = p.sent as f64 / dt.as_secs_f64();
+            p.sent = 0;
+            p.sending += (now_rate - p.sending) * gain;
+            let quiet = p
+                .last_data
+                .is_none_or(|t| now.saturating_duration_since(t) > QUIET);
+            if quiet {
+                if p.cap > 0 {
+                    tracing::debug!(peer = %a, "hub: peer quiet, its share goes to the others");
+                }
+                // Quiet: no share; its first datagrams leave at the controller's rate.
+                p.cap = 0;
+                pace.share.store(0, Relaxed);
+                continue;
+            }
+            let held = p
+                .capped
+                .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_millis(100));
+            busy.push((
+                *a,
+                pace,
+                Demand {
+                    share: p.share,
+                    sending: p.sending as u64,
+                    held,
+                },
+            ));
+        }
+        let d: Vec<Demand> = busy.iter().map(|(.., d)| *d).collect();
+        // What each would get were all held back by their shares: a terminal sending less
+        // than its share may always send that much (a window-limited start sends in bursts
+        // an average of 100 ms does not show); what it leaves goes to the others until the
+        // next computation.
+        let all_held: Vec<Demand> = d.iter().map(|d| Demand { held: true, ..*d }).collect();
+        let fair = allocate(h.carrier.rate, h.carrier.by, &all_held);
+        let shares = allocate(h.carrier.rate, h.carrier.by, &d);
+        for (((a, pace, _), share), fair) in busy.iter().zip(shares).zip(fair) {
+            if let Some(p) = peers.get_mut(a) {
+                let cap = share.max(fair).max(1);
+                if cap.abs_diff(p.cap) > p.cap / 4 {
+                    tracing::debug!(peer = %a, from = p.cap, to = cap, sending = p.sending as u64, "hub: share changed");
+                }
+                p.cap = cap;
+                // Its controller is told its share, so it runs at a share that grew at
+                // once instead of finding it by probing.
+                pace.share.store(p.cap, Relaxed);
+            }
+        }
+    }
+}
+
 /// The endpoint's UDP socket, pacing the peers given a [`Pace`] (see the module's comment).
 pub struct PacedSocket {
     inner: Arc<dyn AsyncUdpSocket>,
-    peers: Mutex<HashMap<SocketAddr, Peer>>,
-    hub: Mutex<Option<Hub>>,
+    peers: Mutex<Peers>,
 }
 
 impl fmt::Debug for PacedSocket {
@@ -217,8 +296,7 @@ impl PacedSocket {
     pub fn new(inner: Arc<dyn AsyncUdpSocket>) -> Arc<PacedSocket> {
         Arc::new(PacedSocket {
             inner,
-            peers: Mutex::new(HashMap::new()),
-            hub: Mutex::new(None),
+            peers: Mutex::default(),
         })
     }
 
@@ -226,8 +304,7 @@ impl PacedSocket {
     /// rate only; see [`crate::hub`]). A peer has the default settings until it is named.
     pub fn share_carrier(&self, carrier: Option<crate::hub::Carrier>) {
         let mut peers = self.peers();
-        let mut hub = self.hub.lock().unwrap_or_else(|e| e.into_inner());
-        for p in peers.values_mut() {
+        for p in peers.by_addr.values_mut() {
             match &carrier {
                 None => {
                     p.cap = 0;
@@ -238,7 +315,7 @@ impl PacedSocket {
                 Some(c) => p.share = p.name.as_deref().map(|n| c.terminal(n)).unwrap_or_default(),
             }
         }
-        *hub = carrier.map(|carrier| Hub {
+        peers.hub = carrier.map(|carrier| Hub {
             carrier,
             at: Instant::now(),
         });
@@ -246,13 +323,9 @@ impl PacedSocket {
 
     /// `peer` is terminal `name`: it takes that terminal's settings on a shared carrier.
     pub fn name(&self, peer: SocketAddr, name: &str) {
-        let share = self
-            .hub
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|h| h.carrier.terminal(name));
-        if let Some(p) = self.peers().get_mut(&key(peer)) {
+        let mut peers = self.peers();
+        let share = peers.hub.as_ref().map(|h| h.carrier.terminal(name));
+        if let Some(p) = peers.by_addr.get_mut(&key(peer)) {
             p.name = Some(name.to_string());
             if let Some(share) = share {
                 p.share = share;
@@ -262,85 +335,12 @@ impl PacedSocket {
 
     /// `peer`'s share of the carrier now, bytes/s (0: none: no carrier, or quiet).
     pub fn share_of(&self, peer: SocketAddr) -> u64 {
-        self.peers().get(&key(peer)).map_or(0, |p| p.cap)
+        self.peers().by_addr.get(&key(peer)).map_or(0, |p| p.cap)
     }
 
     /// Whether a carrier is shared.
     pub fn shares_carrier(&self) -> bool {
-        self.hub.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-    }
-
-    /// Recomputes the peers' shares if [`crate::hub::EVERY`] has passed (see [`crate::hub`]).
-    fn reshare(&self, peers: &mut HashMap<SocketAddr, Peer>, now: Instant) {
-        use crate::hub::{allocate, Demand, QUIET};
-        let mut hub = self.hub.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(h) = hub.as_mut() else {
-            return;
-        };
-        let dt = now.saturating_duration_since(h.at);
-        if dt < crate::hub::EVERY {
-            return;
-        }
-        h.at = now;
-        // Smoothed over about 100 ms.
-        let gain = (dt.as_secs_f64() / 0.1).min(1.0);
-        let mut busy = Vec::new();
-        for (a, p) in peers.iter_mut() {
-            let pace = p.pace.upgrade();
-            if pace.is_none() {
-                continue;
-            }
-            let now_rate = p.sent as f64 / dt.as_secs_f64();
-            p.sent = 0;
-            p.sending += (now_rate - p.sending) * gain;
-            let quiet = p
-                .last_data
-                .is_none_or(|t| now.saturating_duration_since(t) > QUIET);
-            if quiet {
-                if p.cap > 0 {
-                    tracing::debug!(peer = %a, "hub: peer quiet, its share goes to the others");
-                }
-                // Quiet: no share; its first datagrams leave at the controller's rate.
-                p.cap = 0;
-                if let Some(pace) = &pace {
-                    pace.share.store(0, Relaxed);
-                }
-                continue;
-            }
-            let held = p
-                .capped
-                .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_millis(100));
-            busy.push((
-                *a,
-                Demand {
-                    share: p.share,
-                    sending: p.sending as u64,
-                    held,
-                },
-            ));
-        }
-        let d: Vec<Demand> = busy.iter().map(|(_, d)| *d).collect();
-        // What each would get were all held back by their shares: a terminal sending less
-        // than its share may always send that much (a window-limited start sends in bursts
-        // an average of 100 ms does not show); what it leaves goes to the others until the
-        // next computation.
-        let all_held: Vec<Demand> = d.iter().map(|d| Demand { held: true, ..*d }).collect();
-        let fair = allocate(h.carrier.rate, h.carrier.by, &all_held);
-        let shares = allocate(h.carrier.rate, h.carrier.by, &d);
-        for (((a, _), share), fair) in busy.iter().zip(shares).zip(fair) {
-            if let Some(p) = peers.get_mut(a) {
-                let cap = share.max(fair).max(1);
-                if cap.abs_diff(p.cap) > p.cap / 4 {
-                    tracing::debug!(peer = %a, from = p.cap, to = cap, sending = p.sending as u64, "hub: share changed");
-                }
-                p.cap = cap;
-                // Its controller is told its share, so it runs at a share that grew at
-                // once instead of finding it by probing.
-                if let Some(pace) = p.pace.upgrade() {
-                    pace.share.store(p.cap, Relaxed);
-                }
-            }
-        }
+        self.peers().hub.is_some()
     }
 
     /// Datagrams to `peer` leave at the rate the returned pace is set to, for as long as it
@@ -348,7 +348,8 @@ impl PacedSocket {
     /// connection) replaces it.
     pub fn pace(&self, peer: SocketAddr) -> Arc<Pace> {
         let pace = Pace::new();
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut peers = self.peers();
+        let peers = &mut peers.by_addr;
         // Peers whose connections are gone go too.
         peers.retain(|_, p| p.pace.strong_count() > 0);
         // A new connection from a named terminal keeps the name's settings until named
@@ -363,7 +364,7 @@ impl PacedSocket {
         pace
     }
 
-    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Peer>> {
+    fn peers(&self) -> std::sync::MutexGuard<'_, Peers> {
         self.peers.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -384,15 +385,15 @@ impl AsyncUdpSocket for PacedSocket {
         let now = Instant::now();
         let to = key(t.destination);
         let mut peers = self.peers();
-        self.reshare(&mut peers, now);
+        peers.reshare(now);
         // Paced: the pace, and since when this datagram waited (if it did).
-        let paced = match peers.get_mut(&to) {
+        let paced = match peers.by_addr.get_mut(&to) {
             Some(p) => match p.refill(now) {
                 Some((pace, rate)) if p.tokens < 0 => {
                     let wait = (-p.tokens) as u128 * 1_000_000_000 / rate as u128;
                     let until = now + Duration::from_nanos(wait.min(u64::MAX as u128) as u64);
                     p.held_since.get_or_insert(now);
-                    if p.share_binds(Some(&pace)) {
+                    if p.share_binds(&pace) {
                         p.capped = Some(now);
                     }
                     HELD_UNTIL.set(Some(until));
@@ -421,7 +422,7 @@ impl AsyncUdpSocket for PacedSocket {
                 );
             }
             (Err(_), Some((_, since))) => {
-                if let Some(p) = self.peers().get_mut(&to) {
+                if let Some(p) = self.peers().by_addr.get_mut(&to) {
                     p.tokens += len;
                     p.sent = p.sent.saturating_sub(len as u64);
                     p.held_since = since;
@@ -451,7 +452,7 @@ impl AsyncUdpSocket for PacedSocket {
         let most = self.inner.max_transmit_segments();
         let peers = self.peers();
         let mut segments = None::<usize>;
-        for p in peers.values() {
+        for p in peers.by_addr.values() {
             let rate = p.rate(p.pace.upgrade().as_ref());
             if rate == 0 {
                 return most;

@@ -58,8 +58,7 @@ impl Hop {
     /// [`Hop::send_window`]. Data a share holds back waits in this window, so a gateway's
     /// memory per terminal follows its share instead of the whole hop's rate.
     pub fn send_window_at(&self, bytes_per_s: u64, rtt: Duration) -> u64 {
-        let bdp = (bytes_per_s as u128 * rtt.as_nanos() / 1_000_000_000) as u64;
-        (2 * WINDOW_BDPS * bdp)
+        (2 * WINDOW_BDPS * bdp(Some(bytes_per_s.saturating_mul(8)), rtt))
             .max(MIN_WINDOW)
             .min(self.send_window())
     }

@@ -235,19 +235,7 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
                 ..Default::default()
             };
             let lab = Lab::up(&name, &spec, &opts)?;
-            // The line's hosts, then a star's other clients and terminals, in one list.
-            let mut nodes: Vec<topology::NodeInfo> = lab
-                .state()
-                .hosts
-                .iter()
-                .map(|h| topology::NodeInfo {
-                    host: h.host.name().into(),
-                    netns: h.netns.clone(),
-                    ipv4: h.ipv4.clone(),
-                    ipv6: h.ipv6.clone(),
-                })
-                .collect();
-            nodes.extend(lab.state().star.iter().cloned());
+            let nodes = lab.state().nodes();
             if json {
                 println!("{}", serde_json::to_string_pretty(&nodes).unwrap());
             } else {

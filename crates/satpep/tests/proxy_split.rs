@@ -425,20 +425,6 @@ fn gateway_splits(lab: &Lab) -> usize {
     lab.proxy_log(Host::Gateway).matches(" split ").count()
 }
 
-/// The pid of the proxy on `host` ("terminal" or "gateway"), found by its config file.
-fn proxy_pid(lab: &Lab, host: &str) -> i32 {
-    let file = satpep_lab::topology::state_dir(&lab.name).join(format!("proxy-{host}.toml"));
-    let out = std::process::Command::new("pgrep")
-        .args(["-f", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {host} proxy runs"))
-}
-
 #[test]
 fn past_the_limit_connections_bypass_and_keep_working() {
     let lab = split_lab_with("plim", "[both]\nrate='100Mbit'\ndelay='5ms'\n", Some(2));

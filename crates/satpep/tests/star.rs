@@ -28,6 +28,21 @@ fn star(tag: &str, terminals: u16, toml_text: &str, pep: Option<Pep>) -> Lab {
     .unwrap_or_else(|e| panic!("lab up: {e}"))
 }
 
+/// Tunnel mode with the gateway sharing the carrier `carrier` says (a `[tunnel.carrier]`
+/// section's keys).
+fn sharing(carrier: &str) -> Pep {
+    let carrier: satpep_proxy::config::CarrierFile = toml::from_str(carrier).unwrap();
+    let mut pep = Pep {
+        tunnel: Some("satellite".into()),
+        ..Default::default()
+    };
+    pep.file.tunnel = Some(satpep_proxy::config::TunnelFile {
+        carrier: Some(carrier),
+        ..Default::default()
+    });
+    pep
+}
+
 /// Starts a download of `secs` seconds from the server to every client at once (iperf3 -R,
 /// one server port per client) and returns each client's goodput over the last
 /// `secs - skip` seconds, Mbit/s, and bytes received.
@@ -227,19 +242,10 @@ fn every_terminal_of_a_star_tunnels_under_its_own_name() {
 /// rest 1 : 2, with the satellite's queue short (the gateway holds what would queue there).
 #[test]
 fn a_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
-    let mut pep = Pep {
-        tunnel: Some("satellite".into()),
-        ..Default::default()
-    };
-    let carrier: satpep_proxy::config::CarrierFile = toml::from_str(
+    let pep = sharing(
         "rate = '30Mbit'\nshare = 'bits'\n\
          [terminal.terminal2]\nweight = 2\n[terminal.terminal3]\nmir = '3Mbit'\n",
-    )
-    .unwrap();
-    pep.file.tunnel = Some(satpep_proxy::config::TunnelFile {
-        carrier: Some(carrier),
-        ..Default::default()
-    });
+    );
     let lab = star(
         "starhub",
         3,
@@ -282,13 +288,8 @@ fn a_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
     let w = c.terminal.remove("terminal2").unwrap();
     c.terminal.insert("terminal".into(), w);
     std::fs::write(&file, toml::to_string(&f).unwrap()).unwrap();
-    let pid = std::process::Command::new("pgrep")
-        .args(["-f", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let pid: i32 = String::from_utf8_lossy(&pid.stdout).trim().parse().unwrap();
     // SAFETY: signalling the lab's gateway proxy.
-    unsafe { libc::kill(pid, libc::SIGHUP) };
+    unsafe { libc::kill(proxy_pid(&lab, "gateway"), libc::SIGHUP) };
     let applied = (0..50).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(100));
         lab.node_proxy_log("gateway").contains("tunnel carrier")
@@ -314,17 +315,7 @@ fn a_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
 #[test]
 fn shared_in_time_a_faded_terminal_gets_its_time_and_a_quiet_ones_share_is_taken() {
     let t3 = site(3);
-    let mut pep = Pep {
-        tunnel: Some("satellite".into()),
-        ..Default::default()
-    };
-    let carrier: satpep_proxy::config::CarrierFile =
-        toml::from_str("rate = '24Mbit'\nshare = 'time'\n[terminal.terminal3]\nrate = '6Mbit'\n")
-            .unwrap();
-    pep.file.tunnel = Some(satpep_proxy::config::TunnelFile {
-        carrier: Some(carrier),
-        ..Default::default()
-    });
+    let pep = sharing("rate = '24Mbit'\nshare = 'time'\n[terminal.terminal3]\nrate = '6Mbit'\n");
     let lab = star(
         "startime",
         3,
@@ -385,18 +376,9 @@ fn shared_in_time_a_faded_terminal_gets_its_time_and_a_quiet_ones_share_is_taken
 /// committed 12 of the 30 Mbit/s carrier; the other two share the remaining 18.
 #[test]
 fn a_committed_rate_holds_against_the_weights() {
-    let mut pep = Pep {
-        tunnel: Some("satellite".into()),
-        ..Default::default()
-    };
-    let carrier: satpep_proxy::config::CarrierFile = toml::from_str(
+    let pep = sharing(
         "rate = '30Mbit'\nshare = 'bits'\n[terminal.terminal3]\nweight = 0.1\ncir = '12Mbit'\n",
-    )
-    .unwrap();
-    pep.file.tunnel = Some(satpep_proxy::config::TunnelFile {
-        carrier: Some(carrier),
-        ..Default::default()
-    });
+    );
     let lab = star(
         "starcir",
         3,

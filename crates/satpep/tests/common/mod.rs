@@ -201,6 +201,22 @@ pub fn metrics(lab: &Lab, host: satpep_lab::Host) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The pid of the proxy on node `host` ("terminal", "gateway", a star's "terminal3"), found
+/// by its config file.
+#[allow(dead_code)]
+pub fn proxy_pid(lab: &Lab, host: &str) -> i32 {
+    let file = satpep_lab::topology::state_dir(&lab.name).join(format!("proxy-{host}.toml"));
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {host} proxy runs"))
+}
+
 /// SIGKILLs process `.0` when dropped, so a failing test leaves no process of its own
 /// running; harmless once it has exited.
 pub struct KillOnDrop(pub i32);
