@@ -602,6 +602,22 @@ name = "cubic"
             e.contains("--config bbr") && e.contains("split, tunnel, cubic"),
             "{e}"
         );
+        // A name with a comma arrives in pieces (clap splits `--config` on commas).
+        let text = crate::scenario::presets::get("corpus").unwrap();
+        let corpus = crate::scenario::Scenario::parse(&text, true).unwrap();
+        let pieces: Vec<String> = "split,end-to-end bbr, tuned"
+            .split(',')
+            .map(String::from)
+            .collect();
+        let two = corpus.clone().only_configs(&pieces).unwrap();
+        assert_eq!(
+            two.parts[0].configs,
+            vec!["end-to-end bbr, tuned".to_string(), "split".to_string()]
+        );
+        let e = corpus
+            .only_configs(&["end-to-end bbr".into(), " tumed".into()])
+            .unwrap_err();
+        assert!(e.contains("--config  tumed: no such"), "{e}");
     }
 
     /// Constant-rate UDP beside a download takes at most half the link's lowest rate: the

@@ -1098,22 +1098,37 @@ impl Scenario {
     /// The scenario reduced to the configurations `names` (cells renumbered; parts that keep
     /// none are left out). So one configuration is compared across builds, on the links or
     /// points a change is about, without rerunning the rest.
+    ///
+    /// A name may itself hold commas ("end-to-end bbr, tuned"): `--config` splits on them,
+    /// so each name is the longest run of pieces that names a configuration.
     pub fn only_configs(mut self, names: &[String]) -> Result<Scenario, String> {
-        if let Some(bad) = names
-            .iter()
-            .find(|n| !self.parts.iter().any(|p| p.configs.contains(n)))
-        {
-            let mut all: Vec<&str> = Vec::new();
-            for c in self.parts.iter().flat_map(|p| p.configs.iter()) {
-                if !all.contains(&c.as_str()) {
-                    all.push(c);
-                }
+        let mut all: Vec<&str> = Vec::new();
+        for c in self.parts.iter().flat_map(|p| p.configs.iter()) {
+            if !all.contains(&c.as_str()) {
+                all.push(c);
             }
-            return Err(format!(
-                "--config {bad}: no such configuration (configurations: {})",
-                all.join(", ")
-            ));
         }
+        let norm = |s: &str| s.split(',').map(str::trim).collect::<Vec<_>>().join(",");
+        let mut joined: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < names.len() {
+            let found = (i..names.len()).rev().find_map(|j| {
+                let want = norm(&names[i..=j].join(","));
+                all.iter()
+                    .find(|c| norm(c) == want)
+                    .map(|c| (j, c.to_string()))
+            });
+            let Some((j, name)) = found else {
+                return Err(format!(
+                    "--config {}: no such configuration (configurations: {})",
+                    names[i],
+                    all.join(", ")
+                ));
+            };
+            joined.push(name);
+            i = j + 1;
+        }
+        let names = &joined;
         self.retain(
             |p| {
                 p.configs.retain(|c| names.contains(c));
