@@ -134,6 +134,13 @@ pub fn machine_busy_seconds() -> Option<f64> {
     Some(busy / hz)
 }
 
+/// Resident memory of process `pid`, kB (None if it is gone).
+pub fn rss_kb(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    l.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// (user, system) CPU seconds process `pid` has used; zeros if it is gone.
 pub fn cpu_user_system(pid: u32) -> (f64, f64) {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

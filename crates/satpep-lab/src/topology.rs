@@ -1481,6 +1481,14 @@ impl Lab {
             .unwrap_or_default()
     }
 
+    /// The process id of node `node`'s proxy (`gateway`, `terminal`, `terminal3`), if one runs.
+    pub fn node_proxy_pid(&self, node: &str) -> Option<u32> {
+        self.proxies
+            .iter()
+            .find(|(n, ..)| n == node)
+            .map(|(_, c, _)| c.id())
+    }
+
     /// Terminals and their clients, 1 to N.
     pub fn sites(&self) -> Vec<Site> {
         (1..=self.state.terminals).map(site).collect()

@@ -604,7 +604,7 @@ name = "cubic"
         );
         // A name with a comma arrives in pieces (clap splits `--config` on commas).
         let text = crate::scenario::presets::get("corpus").unwrap();
-        let corpus = crate::scenario::Scenario::parse(&text, true).unwrap();
+        let corpus = crate::scenario::Scenario::parse(text, true).unwrap();
         let pieces: Vec<String> = "split,end-to-end bbr, tuned"
             .split(',')
             .map(String::from)

@@ -19,6 +19,7 @@ pub mod runner;
 pub mod significance;
 pub mod spec;
 pub mod split_state;
+pub mod star;
 pub mod stats;
 pub mod traffic;
 pub mod tunnel_state;

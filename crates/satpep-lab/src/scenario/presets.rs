@@ -1,7 +1,7 @@
 //! Built-in scenarios, one TOML file each in `presets/`, compiled into the binary.
 
 /// (name, what it reproduces, TOML text).
-pub const PRESETS: [(&str, &str, &str); 15] = [
+pub const PRESETS: [(&str, &str, &str); 16] = [
     ("demo", "the README's main job: geo link at BER 1e-6, end-to-end against split and tunnel, 3 repetitions (~5 min)", include_str!("presets/demo.toml")),
     ("lawson2006", "Lawson 2006 ch. 4-5: T1, 285 ms, BER 1e-9…1e-5 and bursts; TCP, SACK, WS, WS+SACK against PEPs, with the thesis's ANOVA, Tukey and Kruskal-Wallis", include_str!("presets/lawson2006.toml")),
     ("bharadwaj1999", "Bharadwaj 1999 ch. 5: file and web page transfers, end-to-end against a proxy with IW 1/4/16", include_str!("presets/bharadwaj1999.toml")),
@@ -16,6 +16,7 @@ pub const PRESETS: [(&str, &str, &str); 15] = [
     ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts end to end, split and tunnelled; every byte checked (~13 min, --quick ~70 s)", include_str!("presets/faults.toml")),
     ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~10 min, --quick 1 000 in ~1)", include_str!("presets/load.toml")),
     ("throughput", "line rate: split and the tunnel against plain forwarding at 1 Gbit/s and on a kernel bridge: goodput and the proxies' CPU per GB (~3 min, --quick ~1)", include_str!("presets/throughput.toml")),
+    ("hub", "a star of terminals on one carrier: different conditions, a quiet terminal, weights, 50 busy terminals of 60; end to end, split, the tunnel and the tunnel sharing the carrier (~35 min, --quick ~20)", include_str!("presets/hub.toml")),
     ("link-accuracy", "the emulator's rate, delay and loss against its configuration, and its CPU, 1 Mbit/s to 1 Gbit/s and the documents' links (~11 min, --quick ~6)", include_str!("presets/link-accuracy.toml")),
 ];
 

@@ -106,6 +106,9 @@ pub struct CellResult {
     pub connections: Option<crate::scenario::kinds::connections::ConnectionsRecord>,
     /// fault cells: the first run's record.
     pub fault: Option<crate::scenario::kinds::fault::FaultRecord>,
+    /// hub cells: every run's record.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hub: Vec<crate::scenario::kinds::hub::HubRecord>,
 }
 
 /// What the udp and ping kinds measured of the link itself, over a cell's runs.
@@ -350,6 +353,7 @@ pub fn summarize(sc: &Scenario, runs: &[RunRecord]) -> Vec<CellResult> {
                 link_check: LinkCheck::of(&mine),
                 connections: mine.iter().find_map(|r| r.connections.clone()),
                 fault: mine.iter().find_map(|r| r.fault.clone()),
+                hub: mine.iter().filter_map(|r| r.hub.clone()).collect(),
             }
         })
         .collect()
@@ -901,6 +905,7 @@ fn part_tables(
     link_check_tables(part, res, &mut tables);
     connections_tables(part, res, &mut tables);
     fault_tables(part, res, &mut tables);
+    hub_tables(part, res, &mut tables);
     if res.iter().any(|r| r.link_fwd_per_byte.n > 0) {
         tables.push((
             "link bytes delivered per payload byte, forward / return (whole frames: headers, acknowledgements, repairs)".into(),
@@ -1229,6 +1234,144 @@ fn connections_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String
             )
         }),
     ));
+}
+
+/// The hub kind's tables: how the carrier was shared (means over the runs), and each
+/// terminal's goodput and queue at each sweep point.
+fn hub_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)>) {
+    use crate::scenario::kinds::hub::HubRecord;
+    if !res.iter().any(|r| !r.hub.is_empty()) {
+        return;
+    }
+    // The mean over a cell's runs of what `f` reads from each (runs without it left out).
+    let over = |r: &CellResult, f: &dyn Fn(&HubRecord) -> Option<f64>| {
+        let v: Vec<f64> = r.hub.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let busy = |h: &HubRecord| h.terminals[..h.busy as usize].to_vec();
+    let of_fair = |t: &crate::scenario::kinds::hub::TerminalRecord| {
+        (t.stopped_s.is_none() && t.fair_bps > 0.0).then(|| 100.0 * t.goodput_bps / t.fair_bps)
+    };
+    let show = |v: Option<f64>, digits: usize| v.map_or("–".into(), |v| format!("{v:.digits$}"));
+    tables.push((
+        "hub: the carrier's goodput % of the limit its policy gives the busy terminals (time or bits, by weight) / Jain's index over their goodputs each ÷ its fair share / the least and the most % of a fair share / the worst terminal's queueing delay p95, ms (means over the runs)".into(),
+        grid(part, res, &|r| {
+            if r.hub.is_empty() {
+                return "–".into();
+            }
+            let least = over(r, &|h| busy(h).iter().filter_map(of_fair).reduce(f64::min));
+            let most = over(r, &|h| busy(h).iter().filter_map(of_fair).reduce(f64::max));
+            let q = over(r, &|h| busy(h).iter().filter_map(|t| t.queue_p95_ms).reduce(f64::max));
+            format!(
+                "{} / {} / {}–{} / {}",
+                show((r.utilization.n > 0).then_some(r.utilization.mean * 100.0), 1),
+                show((r.jain.n > 0).then_some(r.jain.mean), 3),
+                show(least, 0),
+                show(most, 0),
+                show(q, 0)
+            )
+        }),
+    ));
+    if res.iter().any(|r| {
+        r.hub
+            .iter()
+            .any(|h| h.taken_s.is_some() || h.terminals.iter().any(|t| t.stopped_s.is_some()))
+    }) {
+        tables.push((
+            "hub: after terminals went quiet, seconds until the others delivered 90 % of what the carrier holds for them (0.5 s steps; per run)".into(),
+            grid(part, res, &|r| {
+                r.hub
+                    .iter()
+                    .map(|h| h.taken_s.map_or("never".into(), |s| format!("{s:.1}")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }),
+        ));
+    }
+    if res
+        .iter()
+        .any(|r| r.hub.iter().any(|h| h.gateway.is_some()))
+    {
+        tables.push((
+            "hub: the gateway proxy's resident memory, MiB idle (every terminal connected) / busy peak; per terminal idle KB / per flow busy KB (the busy peak less idle); CPU s per run".into(),
+            grid(part, res, &|r| {
+                let Some((h, g)) = r.hub.iter().find_map(|h| Some((h, h.gateway.as_ref()?))) else {
+                    return "–".into();
+                };
+                let n = h.terminals.len().max(1) as f64;
+                format!(
+                    "{:.1} / {:.1}; {:.0} / {:.0}; {}",
+                    g.rss_idle_kb as f64 / 1024.0,
+                    g.rss_busy_kb as f64 / 1024.0,
+                    g.rss_idle_kb as f64 / n,
+                    g.rss_busy_kb.saturating_sub(g.rss_idle_kb) as f64 / h.flows.max(1) as f64,
+                    show(over(r, &|h| h.gateway.as_ref().map(|g| g.cpu_s)), 1)
+                )
+            }),
+        ));
+    }
+    // Each terminal at each point: rows are terminals, columns configurations.
+    let mut points: Vec<Vec<String>> = Vec::new();
+    for r in res {
+        if !r.hub.is_empty() && !points.contains(&r.point) {
+            points.push(r.point.clone());
+        }
+    }
+    for p in points {
+        let here: Vec<&&CellResult> = res.iter().filter(|r| r.point == p).collect();
+        let Some(first) = here.iter().find_map(|r| r.hub.first()) else {
+            continue;
+        };
+        let mut header = vec!["terminal".to_string()];
+        header.extend(part.configs.iter().cloned());
+        let mut rows = Vec::new();
+        for (i, t) in first.terminals.iter().enumerate() {
+            let mut label = format!(
+                "{} (limit {:.1}, fair {:.1}{}{})",
+                t.name,
+                t.limit_bps / 1e6,
+                t.fair_bps / 1e6,
+                if t.weight != 1.0 {
+                    format!(", weight {}", t.weight)
+                } else {
+                    String::new()
+                },
+                t.stopped_s
+                    .map_or(String::new(), |s| format!(", stops at {s:.0} s"))
+            );
+            if i >= first.busy as usize {
+                label = format!("{} (idle)", t.name);
+            }
+            let mut row = vec![label];
+            for c in &part.configs {
+                let cell = here
+                    .iter()
+                    .find(|r| &r.config == c)
+                    .map_or(String::new(), |r| {
+                        let g = over(r, &|h| h.terminals.get(i).map(|t| t.goodput_bps / 1e6));
+                        let q = over(r, &|h| h.terminals.get(i)?.queue_p95_ms);
+                        match i < first.busy as usize {
+                            true => format!("{} · {} ms", show(g, 2), show(q, 0)),
+                            false => "–".into(),
+                        }
+                    });
+                row.push(cell);
+            }
+            rows.push(row);
+        }
+        let at = match p.is_empty() {
+            true => String::new(),
+            false => format!(" at {}", p.join(", ")),
+        };
+        tables.push((
+            format!("hub: each terminal's goodput after the warm-up, Mbit/s · its queueing delay p95, ms (means over the runs){at}; limits and fair shares in Mbit/s"),
+            Table {
+                header,
+                rows,
+                label_cols: 1,
+            },
+        ));
+    }
 }
 
 /// The fault kind's tables, from each cell's first run.
@@ -2016,8 +2159,9 @@ fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
     } else {
         "satellite-leg sender"
     };
+    let per = if r.hub.is_some() { "terminal" } else { "flow" };
     let mut p = LinePlot {
-        title: format!("{title}: goodput per flow"),
+        title: format!("{title}: goodput per {per}"),
         x_label: "time (s)".into(),
         y_label: "Mbit/s".into(),
         ..Default::default()
@@ -2034,8 +2178,12 @@ fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
         } else {
             format!(" ({})", f.cc)
         };
+        let name = match &r.hub {
+            Some(_) => f.cc.clone(),
+            None => format!("flow {i}{cc}"),
+        };
         p.lines.push(Line {
-            name: format!("flow {i}{cc}"),
+            name,
             points: pts.collect(),
             reference: vec![],
         });
@@ -2347,6 +2495,7 @@ mod tests {
             ping: None,
             connections: None,
             fault: None,
+            hub: None,
             late_p99_ms: None,
             start: None,
         }

@@ -201,7 +201,14 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
         let progress = Progress::new(todo.len(), step_s, opts.quiet);
         let first = &sc.cells[todo[0].0].spec;
         let name = format!("sc-{}", std::process::id());
-        let mut lab = Lab::up(&name, &first.link_spec()?, &UpOptions::default())?;
+        let up = |spec: &CellSpec| {
+            let opts = UpOptions {
+                terminals: spec.star.terminals,
+                ..Default::default()
+            };
+            Lab::up(&name, &spec.link_spec()?, &opts)
+        };
+        let mut lab = up(first)?;
         let mut tuner = HostTuner::default();
         let mut link_now: Option<LinkNow> = None;
         let mut pep_now: Option<Pep> = None;
@@ -214,6 +221,16 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
             }
             let cell = &sc.cells[ci];
             let spec = &cell.spec;
+            // A star of another size is another lab: the old one goes first (same names).
+            if lab.state().terminals != spec.star.terminals {
+                drop(lab);
+                lab = up(spec)?;
+                tuner = HostTuner::default();
+                link_now = None;
+                pep_now = None;
+                pep_link = None;
+                access_now = super::access::Access::default();
+            }
             let mut link = spec.link_spec()?;
             link.seed = Some(spec.seed + rep as u64);
             let want = match spec.bridge {
@@ -266,6 +283,13 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<String, String> {
                             Host::Terminal,
                             Duration::from_secs(60),
                         )?;
+                        if spec.star.terminals > 1 {
+                            super::tunnel_state::wait_peers(
+                                &lab,
+                                spec.star.terminals,
+                                Duration::from_secs(120),
+                            )?;
+                        }
                     }
                 }
                 pep_now = pep;

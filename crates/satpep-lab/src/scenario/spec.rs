@@ -338,6 +338,11 @@ pub struct CellSpec {
     // Left out of plans when unset, so results directories made before it existed resume.
     #[serde(default, skip_serializing_if = "super::access::Access::is_none")]
     pub access: super::access::Access,
+    /// A star of terminals sharing the forward carrier (`[star]`: `terminals`, and
+    /// `[[star.path]]` for terminals with a link of their own); one terminal by default.
+    // Left out of plans when it is the line, so results directories made before it resume.
+    #[serde(default, skip_serializing_if = "super::star::Star::is_line")]
+    pub star: super::star::Star,
     /// The link (a `satpep link` configuration: preset, both, forward, return, outage).
     #[serde(default)]
     pub link: LinkSpec,
@@ -640,6 +645,13 @@ impl CellSpec {
                 }
             }
         }
+        // A star's terminals with a forward link of their own: the forward list, which
+        // replaces both's, so it starts from both's.
+        let star = self.star.paths()?;
+        if !star.is_empty() {
+            let both = l.both.path.clone().unwrap_or_default();
+            l.forward.path.get_or_insert(both).extend(star);
+        }
         Ok(l)
     }
 
@@ -672,6 +684,7 @@ impl CellSpec {
             return Err("offloads: only with bridge = true (the emulator needs them off)".into());
         }
         self.access.check()?;
+        self.star.check()?;
         for host in crate::Host::ALL {
             let h = self.host(host);
             let n = host.name();

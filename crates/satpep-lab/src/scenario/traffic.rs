@@ -149,6 +149,9 @@ pub struct RunRecord {
     /// fault: what each end of the checked transfer saw.
     #[serde(default)]
     pub fault: Option<super::kinds::fault::FaultRecord>,
+    /// hub: each terminal's share of the carrier, and the gateway's cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<super::kinds::hub::HubRecord>,
     /// The emulator's release lateness since it started, p99 in the worse direction, ms:
     /// how long after its scheduled time a frame was written (absent on a kernel bridge).
     #[serde(default)]
@@ -455,6 +458,7 @@ pub fn run_once(
         ping: None,
         connections: None,
         fault: None,
+        hub: None,
         late_p99_ms: None,
         start: None,
     };

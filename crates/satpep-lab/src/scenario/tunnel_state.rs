@@ -103,6 +103,29 @@ pub(crate) fn wait_connected(lab: &Lab, host: Host, limit: Duration) -> Result<(
     }
 }
 
+/// Waits until the gateway's proxy counts `terminals` tunnels (a star's every terminal
+/// connected), up to `limit`.
+pub(crate) fn wait_peers(lab: &Lab, terminals: u16, limit: Duration) -> Result<(), String> {
+    let t = std::time::Instant::now();
+    let mut seen = None;
+    while t.elapsed() < limit {
+        seen = proxy_metric(lab, Host::Gateway, "tunnel_peers");
+        if seen.is_some_and(|n| n >= terminals as f64) {
+            return Ok(());
+        }
+        if crate::interrupted() {
+            return Err("interrupted".into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(format!(
+        "the gateway counted {} of {terminals} terminals' tunnels {} s after they started \
+         (their proxies' logs say why)",
+        seen.map_or("none".to_string(), |n| format!("{n:.0}")),
+        limit.as_secs()
+    ))
+}
+
 /// The value of the metric `name` (without the `satpep_` prefix, summed over its labels)
 /// that the proxy in `host` serves now; None if it does not answer or has no such metric.
 pub(crate) fn proxy_metric(lab: &Lab, host: Host, name: &str) -> Option<f64> {

@@ -136,14 +136,7 @@ impl Kind for Connections {
 }
 
 fn rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let l = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_string();
-            l.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .unwrap_or(0)
-        * 1024
+    crate::sys::rss_kb(pid).unwrap_or(0) * 1024
 }
 
 fn fds(pid: u32) -> u64 {

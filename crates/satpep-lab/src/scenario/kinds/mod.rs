@@ -117,6 +117,7 @@ kinds! {
     Ping => ping,
     Connections => connections,
     Fault => fault,
+    Hub => hub,
 }
 
 impl Default for Traffic {

@@ -1,0 +1,622 @@
+//! `kind = "hub"`: downloads to many terminals of a star at once (`[star]`), some busy, some
+//! idle, some stopping part-way: how the carrier is shared. Each busy terminal's client
+//! downloads from the server with `flows` TCP connections (one iperf3 test, `-P`) for the
+//! cell's duration, and pings the server every 200 ms (its queueing delay). The run's goodput
+//! is the whole carrier's after the warm-up, judged against the carrier's limit as the
+//! operator's policy shares it (`pep.config.tunnel.carrier`: weights, time or bits), with
+//! Jain's index across the terminals busy throughout, each one's goodput taken relative to its
+//! share, and the gateway proxy's memory and CPU per terminal and per flow.
+
+use super::{check_count, one, Kind};
+use crate::scenario::beside::{base_rtt_ms, parse_ping, percentile};
+use crate::scenario::runner::{tcp_limit_in, HOST_MSS};
+use crate::scenario::spec::{CellSpec, Metric, Span};
+use crate::scenario::traffic::{jain, FlowRecord, RunRecord};
+use crate::topology::{Host, Lab, Site, SERVER_V4};
+use serde::{Deserialize, Serialize};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// iperf3 port base; terminal K's test uses HUB_PORT + K (clear of the other kinds' ports
+/// and of the one port the lab's proxies leave alone).
+pub const HUB_PORT: u16 = 6000;
+/// Probe interval, s.
+const PROBE_S: f64 = 0.2;
+/// iperf3's report interval, s: fine enough to see a quiet terminal's share taken.
+const INTERVAL_S: f64 = 0.5;
+
+/// Downloads across a star.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hub {
+    /// Terminals that download: terminals 1 to `busy` (default all); the others stay idle,
+    /// their proxies running (and tunnels up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy: Option<u16>,
+    /// TCP connections per busy terminal.
+    #[serde(default = "one")]
+    pub flows: u32,
+    /// Busy terminals whose downloads end early, at `stop_after`: their share is for the
+    /// others to take.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<u16>,
+    /// When the `stop` terminals' downloads end, e.g. "12s".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_after: Option<Span>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub {
+            busy: None,
+            flows: 1,
+            stop: Vec::new(),
+            stop_after: None,
+        }
+    }
+}
+
+/// What one terminal got.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TerminalRecord {
+    /// Its node name (`terminal`, `terminal2`, …): its tunnel certificate's name too.
+    pub name: String,
+    /// Its download ended early at this many seconds (`stop_after`).
+    pub stopped_s: Option<f64>,
+    /// The weight the gateway's carrier settings give it (1 without them).
+    pub weight: f64,
+    /// Its own link's TCP limit over the measured span, bit/s (the carrier's, or its path's
+    /// rate and loss).
+    pub limit_bps: f64,
+    /// What the operator's policy gives it of the carrier with every busy terminal
+    /// downloading, bit/s.
+    pub fair_bps: f64,
+    /// Goodput after the warm-up (until its stop), bit/s.
+    pub goodput_bps: f64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Its probe's queueing delay p95 after the warm-up, ms (None without replies).
+    pub queue_p95_ms: Option<f64>,
+    /// Probes sent and answered.
+    pub probes: (u32, u32),
+}
+
+/// What the gateway's proxy held and used.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GatewayCost {
+    /// Resident memory before the downloads, every terminal connected, kB.
+    pub rss_idle_kb: u64,
+    /// The most resident memory seen during the downloads, kB.
+    pub rss_busy_kb: u64,
+    /// CPU time it used during the run, s.
+    pub cpu_s: f64,
+}
+
+/// What a hub run measured beside the main figures.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HubRecord {
+    /// Every terminal, busy or not, in order.
+    pub terminals: Vec<TerminalRecord>,
+    /// Terminals that downloaded.
+    pub busy: u16,
+    /// TCP connections the downloads used, all terminals.
+    pub flows: u32,
+    /// "time" or "bits": what the fair shares are of.
+    pub share: String,
+    /// After the `stop` terminals went quiet: how long until the others together delivered
+    /// 90 % of what the carrier holds for them, s (None: no stop, or they never did).
+    pub taken_s: Option<f64>,
+    /// The gateway's proxy, if one ran.
+    pub gateway: Option<GatewayCost>,
+}
+
+/// Bytes of `iv` (interval end s, bytes) in intervals lying within `from..to` s.
+fn bytes_within(iv: &[(f64, u64)], from: f64, to: f64) -> (u64, f64) {
+    let (mut prev, mut bytes, mut secs) = (0.0, 0u64, 0.0);
+    for &(end, b) in iv {
+        if prev >= from - 0.05 && end <= to + 0.05 {
+            bytes += b;
+            secs += end - prev;
+        }
+        prev = end;
+    }
+    (bytes, secs)
+}
+
+impl Hub {
+    fn busy_of(&self, cell: &CellSpec) -> u16 {
+        self.busy.unwrap_or(cell.star.terminals)
+    }
+
+    /// The carrier's policy from the gateway's settings: (share of "time" or "bits", the
+    /// weight of terminal `name`).
+    fn policy(cell: &CellSpec) -> (String, impl Fn(&str) -> f64 + '_) {
+        let carrier = cell
+            .pep
+            .config
+            .tunnel
+            .as_ref()
+            .and_then(|t| t.carrier.as_ref());
+        let share = carrier
+            .and_then(|c| c.share.clone())
+            .unwrap_or_else(|| "time".into());
+        let weight = move |name: &str| {
+            carrier
+                .and_then(|c| c.terminal.get(name))
+                .and_then(|t| t.weight)
+                .unwrap_or(1.0)
+        };
+        (share, weight)
+    }
+}
+
+/// Each busy terminal's fair goodput, bit/s, from its weight and its link's limit: shared in
+/// time, terminal k holds w_k/W of the carrier's time and delivers its own limit in it; shared
+/// in bits, each gets b·w_k where b fills the carrier's time, Σ b·w_k / l_k = 1.
+pub fn fair_shares(share: &str, weights: &[f64], limits: &[f64]) -> Vec<f64> {
+    let w: f64 = weights.iter().sum();
+    if w <= 0.0 {
+        return vec![0.0; weights.len()];
+    }
+    match share {
+        "bits" => {
+            let t: f64 = weights
+                .iter()
+                .zip(limits)
+                .map(|(w, l)| w / l.max(1.0))
+                .sum();
+            weights.iter().map(|wk| wk / t).collect()
+        }
+        _ => weights
+            .iter()
+            .zip(limits)
+            .map(|(wk, l)| wk / w * l)
+            .collect(),
+    }
+}
+
+impl Kind for Hub {
+    fn metric(&self) -> Metric {
+        Metric::Goodput
+    }
+
+    fn ports(&self) -> std::ops::Range<u16> {
+        // Many terminals' senders: the report keeps the terminals' goodputs, not sockets.
+        0..0
+    }
+
+    fn check(&self, cell: &CellSpec) -> Result<(), String> {
+        let n = cell.star.terminals;
+        let busy = self.busy_of(cell);
+        if !(1..=n).contains(&busy) {
+            return Err(format!(
+                "busy = {busy}: between 1 and star.terminals ({n})"
+            ));
+        }
+        check_count("flows", self.flows, 1, 128)?;
+        for &k in &self.stop {
+            if !(1..=busy).contains(&k) {
+                return Err(format!(
+                    "stop: {k} is not a busy terminal (1 to {busy})"
+                ));
+            }
+        }
+        match (&self.stop_after, self.stop.is_empty()) {
+            (None, false) => return Err("stop_after: needed with stop".into()),
+            (Some(_), true) => return Err("stop_after: without stop, nobody stops".into()),
+            (Some(s), false)
+                if s.secs() <= cell.warmup.secs() + 1.0
+                    || s.secs() >= cell.duration.secs() - 2.0 =>
+            {
+                return Err(format!(
+                    "stop_after '{s}': after the warm-up and a second, 2 s before the end \
+                     at least"
+                ))
+            }
+            _ => {}
+        }
+        if cell.bridge {
+            return Err("a hub's carrier is the emulator's (not with bridge = true)".into());
+        }
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        lab: &mut Lab,
+        cell: &CellSpec,
+        rec: &mut RunRecord,
+        _limit_bps: Option<f64>,
+        tick: &mut dyn FnMut(f64),
+    ) -> Result<(), String> {
+        let sites: Vec<Site> = lab.sites();
+        let busy = self.busy_of(cell) as usize;
+        if sites.len() != cell.star.terminals as usize {
+            return Err(format!(
+                "the lab has {} terminals, the cell {}",
+                sites.len(),
+                cell.star.terminals
+            ));
+        }
+        let dur = cell.duration.secs();
+        let warm = cell.warmup.secs();
+        let stop_s = self.stop_after.as_ref().map(Span::secs);
+        let run_s = |k: u16| match self.stop.contains(&k) {
+            true => stop_s.unwrap_or(dur),
+            false => dur,
+        };
+        let gateway = lab.node_proxy_pid("gateway");
+        let rss_idle = gateway.and_then(crate::sys::rss_kb);
+        let cpu0 = gateway.map(crate::sys::cpu_seconds);
+        let uptime0 = lab.link_stats().ok().map(|s| s.uptime_s);
+
+        // One iperf3 server per busy terminal, in the server host.
+        let mut servers: Vec<Child> = Vec::new();
+        let kill = |v: &mut Vec<Child>| {
+            for c in v.iter_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        };
+        for st in &sites[..busy] {
+            let port = (HUB_PORT + st.index).to_string();
+            match lab
+                .command(Host::Server, "iperf3")
+                .args(["-s", "-1", "-p", &port])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+            {
+                Ok(c) => servers.push(c),
+                Err(e) => {
+                    kill(&mut servers);
+                    return Err(format!("cannot start iperf3: {e}"));
+                }
+            }
+        }
+        let t = Instant::now();
+        loop {
+            let out = lab
+                .command(Host::Server, "ss")
+                .args(["-Hltn"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let up = sites[..busy]
+                .iter()
+                .all(|st| out.contains(&format!(":{} ", HUB_PORT + st.index)));
+            if up || t.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+
+        // The clients' downloads and probes, each read on a thread of its own (a long test
+        // with many connections writes more JSON than a pipe holds).
+        let start = Instant::now();
+        let mut clients = Vec::new();
+        let mut pings = Vec::new();
+        // Every client's and probe's process, to end what outlives the run.
+        let mut pids: Vec<u32> = Vec::new();
+        let kill_pids = |pids: &[u32]| {
+            for &p in pids {
+                // SAFETY: a signal to a process this run started (gone: ESRCH, ignored).
+                unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            }
+        };
+        for st in &sites[..busy] {
+            let ns = lab.node_ns(&st.client);
+            let secs = run_s(st.index).round().max(1.0) as u32;
+            let args = [
+                "-c".to_string(),
+                SERVER_V4.into(),
+                "-p".into(),
+                (HUB_PORT + st.index).to_string(),
+                "-R".into(),
+                "-t".into(),
+                secs.to_string(),
+                "-P".into(),
+                self.flows.to_string(),
+                "-i".into(),
+                INTERVAL_S.to_string(),
+                "-J".into(),
+            ];
+            let child = crate::sys::in_ns(&ns, "iperf3")
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn();
+            if let Ok(c) = &child {
+                pids.push(c.id());
+            }
+            clients.push(child.map(|c| std::thread::spawn(move || c.wait_with_output())));
+            let count = (dur / PROBE_S).floor().max(1.0) as u32;
+            let ping = crate::sys::in_ns(&ns, "ping")
+                .args([
+                    "-n",
+                    "-D",
+                    "-i",
+                    &PROBE_S.to_string(),
+                    "-c",
+                    &count.to_string(),
+                    "-W",
+                    "10",
+                    SERVER_V4,
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn();
+            if let Ok(c) = &ping {
+                pids.push(c.id());
+            }
+            pings.push(ping.map(|c| std::thread::spawn(move || c.wait_with_output())));
+        }
+        let epoch0 = crate::scenario::beside::epoch_now();
+        // Wait for the downloads, reading the gateway's memory once a second.
+        let mut rss_busy = rss_idle.unwrap_or(0);
+        let deadline = start + Duration::from_secs_f64(dur + 20.0);
+        let mut last = Instant::now();
+        loop {
+            let done = clients
+                .iter()
+                .all(|c| c.as_ref().map_or(true, |h| h.is_finished()));
+            if done || Instant::now() > deadline {
+                break;
+            }
+            if crate::interrupted() {
+                kill_pids(&pids);
+                kill(&mut servers);
+                return Err("interrupted".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            if last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                tick(start.elapsed().as_secs_f64());
+                if let Some(kb) = gateway.and_then(crate::sys::rss_kb) {
+                    rss_busy = rss_busy.max(kb);
+                }
+            }
+        }
+        // A client past the deadline is killed (its thread then returns what it wrote).
+        let late: Vec<bool> = clients
+            .iter()
+            .map(|c| c.as_ref().is_ok_and(|h| !h.is_finished()))
+            .collect();
+        if late.iter().any(|&l| l) {
+            kill_pids(&pids);
+        }
+        kill(&mut servers);
+        let mut outputs = clients.into_iter().zip(late).map(|(c, late)| match c {
+            Err(e) => Err(format!("cannot start iperf3: {e}")),
+            Ok(h) => {
+                let o = h
+                    .join()
+                    .map_err(|_| "iperf3's reader failed".to_string())?
+                    .map_err(|e| e.to_string())?;
+                match late {
+                    true => Err(format!("iperf3 still ran {} s after the run's end", 20)),
+                    false => Ok(o),
+                }
+            }
+        });
+        let mut probes = pings.into_iter().map(|p| {
+            p.ok()
+                .and_then(|h| h.join().ok())
+                .and_then(|o| o.ok())
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        });
+        let cpu = match (gateway, cpu0) {
+            (Some(p), Some(c0)) => Some(crate::sys::cpu_seconds(p) - c0),
+            _ => None,
+        };
+
+        // The link as the emulator runs it: each terminal's limit over the measured span.
+        let cfg = cell.link_spec().and_then(|l| l.resolve())?;
+        let (share, weight) = Hub::policy(cell);
+        let c = cell.host(Host::Client);
+        let mss = c.mss.unwrap_or(HOST_MSS);
+        let ts = c.timestamps.unwrap_or(true);
+        let server: std::net::IpAddr = SERVER_V4.parse().expect("an address");
+        let limit_of = |st: &Site, to: f64| {
+            let mut d = cfg.forward.clone();
+            let client: std::net::IpAddr = st.client_v4.parse().expect("an address");
+            if let Some(p) = d.path_of(server, client).map(|i| d.paths[i].clone()) {
+                if let Some(r) = p.rate {
+                    d.rate = r;
+                }
+                if let Some(l) = p.loss {
+                    d.loss = l;
+                }
+            }
+            let peak = tcp_limit_in(&d, mss, ts);
+            match uptime0 {
+                Some(u) => {
+                    peak * d.rate.mean_bps((u + warm) * 1e9, (u + to) * 1e9) / d.rate.max_bps()
+                }
+                None => peak,
+            }
+        };
+
+        let mut terminals = Vec::new();
+        let mut series = Vec::new();
+        for (i, st) in sites.iter().enumerate() {
+            let end = run_s(st.index);
+            let mut t = TerminalRecord {
+                name: st.terminal.clone(),
+                stopped_s: self.stop.contains(&st.index).then_some(end),
+                weight: weight(&st.terminal),
+                limit_bps: limit_of(st, end),
+                fair_bps: 0.0,
+                goodput_bps: 0.0,
+                bytes: 0,
+                queue_p95_ms: None,
+                probes: (0, 0),
+            };
+            let mut iv = Vec::new();
+            if i < busy {
+                let got = outputs.next().unwrap_or_else(|| Err("no iperf3".into()));
+                match got {
+                    Ok(o) => {
+                        let v: serde_json::Value =
+                            serde_json::from_slice(&o.stdout).unwrap_or_default();
+                        if let Some(e) = v["error"].as_str() {
+                            rec.failures += 1;
+                            rec.errors.push(format!("{}: iperf3: {e}", st.client));
+                        } else if !o.status.success() {
+                            rec.failures += 1;
+                            rec.errors.push(format!(
+                                "{}: iperf3 failed: {}",
+                                st.client,
+                                String::from_utf8_lossy(&o.stderr).trim()
+                            ));
+                        }
+                        iv = crate::iperf::intervals(&v);
+                        t.bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+                        // The last interval also holds what was queued when the sender
+                        // stopped: left out, as bulk does.
+                        let (b, s) = bytes_within(&iv, warm, end - 1.0);
+                        if s > 0.0 {
+                            t.goodput_bps = b as f64 * 8.0 / s;
+                        }
+                    }
+                    Err(e) => {
+                        rec.failures += 1;
+                        rec.errors.push(format!("{}: {e}", st.client));
+                    }
+                }
+                if let Some(text) = probes.next().flatten() {
+                    {
+                        let (sent, got, samples) = parse_ping(&text);
+                        t.probes = (sent, got);
+                        let q: Vec<f64> = samples
+                            .iter()
+                            .map(|&(recv, rtt)| (recv - rtt / 1e3 - epoch0, rtt))
+                            .filter(|&(at, _)| at >= warm && at <= end)
+                            .map(|(at, rtt)| {
+                                let base = base_rtt_ms(&cfg, uptime0.unwrap_or(0.0) + at);
+                                (rtt - base).max(0.0)
+                            })
+                            .collect();
+                        if !q.is_empty() {
+                            t.queue_p95_ms = Some(percentile(&q, 95.0));
+                        }
+                    }
+                }
+            }
+            series.push(iv);
+            terminals.push(t);
+        }
+
+        // Fair shares with every busy terminal downloading, and how close each came.
+        let weights: Vec<f64> = terminals[..busy].iter().map(|t| t.weight).collect();
+        let limits: Vec<f64> = terminals[..busy].iter().map(|t| t.limit_bps).collect();
+        for (t, f) in terminals.iter_mut().zip(fair_shares(&share, &weights, &limits)) {
+            t.fair_bps = f;
+        }
+        let limit: f64 = terminals[..busy].iter().map(|t| t.fair_bps).sum();
+        let throughout: Vec<f64> = terminals[..busy]
+            .iter()
+            .filter(|t| t.stopped_s.is_none() && t.fair_bps > 0.0)
+            .map(|t| t.goodput_bps / t.fair_bps)
+            .collect();
+        // The whole carrier after the warm-up: every terminal's bytes over one span.
+        let to = dur - 1.0;
+        let (mut bits, mut span) = (0.0, 0.0_f64);
+        for iv in &series {
+            let (b, s) = bytes_within(iv, warm, to);
+            bits += b as f64 * 8.0;
+            span = span.max(s);
+        }
+        let aggregate = if span > 0.0 { bits / span } else { 0.0 };
+        // After the stop: the first interval from which the others deliver 90 % of their
+        // fair shares with the stopped ones gone.
+        let taken_s = stop_s.and_then(|stop| {
+            let others: Vec<usize> = (0..busy)
+                .filter(|&i| terminals[i].stopped_s.is_none())
+                .collect();
+            let w: Vec<f64> = others.iter().map(|&i| terminals[i].weight).collect();
+            let l: Vec<f64> = others.iter().map(|&i| terminals[i].limit_bps).collect();
+            let want: f64 = fair_shares(&share, &w, &l).iter().sum::<f64>() * 0.9;
+            let mut at = stop;
+            while at + INTERVAL_S <= to {
+                let got: f64 = others
+                    .iter()
+                    .map(|&i| bytes_within(&series[i], at, at + INTERVAL_S).0 as f64 * 8.0)
+                    .sum::<f64>()
+                    / INTERVAL_S;
+                if got >= want {
+                    return Some(at + INTERVAL_S - stop);
+                }
+                at += INTERVAL_S;
+            }
+            None
+        });
+        rec.samples = vec![aggregate];
+        rec.limit_bps = Some(limit);
+        rec.utilization = (limit > 0.0).then(|| aggregate / limit);
+        rec.jain = (throughout.len() > 1).then(|| jain(&throughout));
+        rec.flows = terminals[..busy]
+            .iter()
+            .zip(&series)
+            .map(|(t, iv)| FlowRecord {
+                start_s: 0.0,
+                cc: t.name.clone(),
+                bytes: t.bytes,
+                goodput_bps: t.goodput_bps,
+                retransmits: 0,
+                series: iv.clone(),
+            })
+            .collect();
+        rec.hub = Some(HubRecord {
+            terminals,
+            busy: busy as u16,
+            flows: busy as u32 * self.flows,
+            share,
+            taken_s,
+            gateway: match (rss_idle, cpu) {
+                (Some(idle), Some(cpu_s)) => Some(GatewayCost {
+                    rss_idle_kb: idle,
+                    rss_busy_kb: rss_busy,
+                    cpu_s,
+                }),
+                _ => None,
+            },
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fair_shares_in_time_and_in_bits() {
+        // Three terminals at 20, 20 and 5 Mbit/s, equal weights: in time each holds a
+        // third and delivers its own rate in it; in bits each gets the same b with
+        // b/20 + b/20 + b/5 = 1, b = 10/3.
+        let near = |a: &[f64], b: &[f64]| {
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < 1e-9, "{a:?} against {b:?}");
+            }
+        };
+        let t = fair_shares("time", &[1.0, 1.0, 1.0], &[20.0, 20.0, 5.0]);
+        near(&t, &[20.0 / 3.0, 20.0 / 3.0, 5.0 / 3.0]);
+        let b = fair_shares("bits", &[1.0, 1.0, 1.0], &[20.0, 20.0, 5.0]);
+        near(&b, &[10.0 / 3.0; 3]);
+        // Weights 1:2 on one rate, either way.
+        near(&fair_shares("time", &[1.0, 2.0], &[30.0, 30.0]), &[10.0, 20.0]);
+        near(&fair_shares("bits", &[1.0, 2.0], &[30.0, 30.0]), &[10.0, 20.0]);
+    }
+
+    #[test]
+    fn intervals_within_a_span() {
+        let iv = [(0.5, 10), (1.0, 20), (1.5, 30), (2.0, 40)];
+        assert_eq!(bytes_within(&iv, 0.5, 1.5), (50, 1.0));
+        assert_eq!(bytes_within(&iv, 0.0, 2.0), (100, 2.0));
+    }
+}
