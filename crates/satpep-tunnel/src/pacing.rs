@@ -28,7 +28,9 @@ use std::future::Future;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -51,6 +53,14 @@ thread_local! {
     static HELD_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
+/// [`Pace::set_in_flight`] never called: the controller does not say.
+const FLIGHT_UNKNOWN: u8 = 0;
+/// Nothing was in flight at the last ACK frame.
+const FLIGHT_EMPTY: u8 = 1;
+/// Data was in flight at the last ACK frame.
+const FLIGHT_DATA: u8 = 2;
+const _: () = assert!(FLIGHT_UNKNOWN != FLIGHT_EMPTY && FLIGHT_EMPTY != FLIGHT_DATA);
+
 /// The rate one connection's datagrams leave at, set by its controller: bytes per second of
 /// UDP payload, 0 for none (quinn's own pacing only).
 #[derive(Debug, Default)]
@@ -58,6 +68,14 @@ pub struct Pace {
     rate: AtomicU64,
     /// The connection's share of a hub's carrier while it is busy, bytes/s (0: none).
     share: AtomicU64,
+    /// How many times the hub had freed carrier (a terminal went quiet, its settings were
+    /// reloaded) when the share was last set: a share that grew with this count grew because
+    /// carrier was freed, not because others sent less for a moment.
+    epoch: AtomicU64,
+    /// Whether the connection had data in flight at its last ACK frame, as its controller
+    /// says ([`FLIGHT_UNKNOWN`] where it does not): a terminal sending nothing with data in
+    /// flight is held by its window (a drain over a long queue), not quiet.
+    flight: AtomicU8,
     /// Transmits held so far: read on every acknowledgement, without the lock.
     holds: AtomicU64,
     /// The last transmit held: how long, its length.
@@ -83,6 +101,24 @@ impl Pace {
     /// The connection's share of a hub's carrier while it is busy, bytes/s; 0 otherwise.
     pub fn share(&self) -> u64 {
         self.share.load(Relaxed)
+    }
+
+    /// Whether data was in flight at the connection's last ACK frame: its controller tells
+    /// (a hub reads it to tell a quiet terminal from one its window holds).
+    pub fn set_in_flight(&self, any: bool) {
+        self.flight
+            .store(if any { FLIGHT_DATA } else { FLIGHT_EMPTY }, Relaxed);
+    }
+
+    /// Whether the controller said data was in flight at the last ACK frame.
+    pub(crate) fn holds_data(&self) -> bool {
+        self.flight.load(Relaxed) == FLIGHT_DATA
+    }
+
+    /// How many times the hub had freed carrier when the share was last set (see the
+    /// field's comment).
+    pub fn share_epoch(&self) -> u64 {
+        self.epoch.load(Relaxed)
     }
 
     /// The last transmit (a datagram or a GSO batch), `len` bytes, left after waiting
@@ -201,15 +237,18 @@ struct Hub {
 struct Peers {
     by_addr: HashMap<SocketAddr, Peer>,
     hub: Option<Hub>,
+    /// Times carrier was freed: a busy terminal went quiet, or the settings changed.
+    epoch: u64,
 }
 
 impl Peers {
     /// Recomputes the peers' shares if [`crate::hub::EVERY`] has passed (see [`crate::hub`]).
     fn reshare(&mut self, now: Instant) {
-        use crate::hub::{allocate, Demand, QUIET};
+        use crate::hub::{allocate, Demand, QUIET, QUIET_HOLDING};
         let Peers {
             by_addr: peers,
             hub,
+            epoch,
         } = self;
         let Some(h) = hub.as_mut() else {
             return;
@@ -222,6 +261,7 @@ impl Peers {
         // Smoothed over about 100 ms.
         let gain = (dt.as_secs_f64() / 0.1).min(1.0);
         let mut busy = Vec::new();
+        let mut freed = false;
         for (a, p) in peers.iter_mut() {
             let Some(pace) = p.pace.upgrade() else {
                 continue;
@@ -229,12 +269,14 @@ impl Peers {
             let now_rate = p.sent as f64 / dt.as_secs_f64();
             p.sent = 0;
             p.sending += (now_rate - p.sending) * gain;
-            let quiet = p
-                .last_data
-                .is_none_or(|t| now.saturating_duration_since(t) > QUIET);
+            let quiet = p.last_data.is_none_or(|t| {
+                let silent = now.saturating_duration_since(t);
+                silent > QUIET && (!pace.holds_data() || silent > QUIET_HOLDING)
+            });
             if quiet {
                 if p.cap > 0 {
                     tracing::debug!(peer = %a, "hub: peer quiet, its share goes to the others");
+                    freed = true;
                 }
                 // Quiet: no share; its first datagrams leave at the controller's rate.
                 p.cap = 0;
@@ -254,6 +296,9 @@ impl Peers {
                 },
             ));
         }
+        if freed {
+            *epoch += 1;
+        }
         let d: Vec<Demand> = busy.iter().map(|(.., d)| *d).collect();
         // What each would get were all held back by their shares: a terminal sending less
         // than its share may always send that much (a window-limited start sends in bursts
@@ -272,6 +317,7 @@ impl Peers {
                 // Its controller is told its share, so it runs at a share that grew at
                 // once instead of finding it by probing.
                 pace.share.store(p.cap, Relaxed);
+                pace.epoch.store(*epoch, Relaxed);
             }
         }
     }
@@ -315,6 +361,7 @@ impl PacedSocket {
                 Some(c) => p.share = p.name.as_deref().map(|n| c.terminal(n)).unwrap_or_default(),
             }
         }
+        peers.epoch += 1;
         peers.hub = carrier.map(|carrier| Hub {
             carrier,
             at: Instant::now(),

@@ -93,6 +93,12 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[traffic]\nbackground = { flows = 2 }\n", "missing field `rtt`"),
         ("[traffic]\nbackground = { flows = 2, rtt = \"25ms\", cc = \"no such cc!\" }\n", "background.cc"),
         ("[[link.forward.path]]\nhosts = [\"198.18.3.0/99\"]\ndelay = \"1ms\"\n", "forward path #1: hosts: '198.18.3.0/99': the prefix length must be 0 to 32"),
+        ("[star]\nterminals = 300\n", "star.terminals = 300: between 1 and 240"),
+        ("[star]\nterminals = 3\npath = [{ terminals = [4], rate = \"1Mbit\" }]\n", "star.path[0].terminals: 4 is not a terminal of this star"),
+        ("[star]\nterminals = 3\npath = [{ terminals = [2], queue = \"1ms\" }]\n", "star.path[0].queue: not a key"),
+        ("[star]\nterminals = 3\n[traffic]\nkind = \"hub\"\nbusy = 4\n", "traffic.busy = 4: between 1 and star.terminals (3)"),
+        ("[star]\nterminals = 3\n[traffic]\nkind = \"hub\"\nstop = [2]\n", "traffic.stop_after: needed with stop"),
+        ("[star]\nterminals = 3\n[traffic]\nkind = \"hub\"\nbusy = 2\nstop = [3]\nstop_after = \"2s\"\n", "traffic.stop: 3 is not a busy terminal"),
     ];
     for (extra, want) in cases {
         let (ok, _, err) = run_text(&dir, &format!("{BASE}{extra}"), &[]);
@@ -751,6 +757,74 @@ fn esp_between_the_hosts_passes_the_split_proxies_unsplit() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("analysis of variance"), "{md}");
     assert!(md.contains("% improvement over e2e, ESP"), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `[star]` with `kind = "hub"`: three terminals download at once across one carrier; the
+/// gateway sharing it by weight (terminal2 weighs 2) gives terminal2 twice the others' share
+/// with a short queue, and the others take terminal3's share once its download stops; end
+/// to end, the same star runs with no proxy to measure. The lab (a star of 3) is gone after.
+#[test]
+fn a_hub_cell_shares_a_stars_carrier_by_weight_and_reports_each_terminal() {
+    require_root();
+    let _one = LAB_RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tmpdir("hub");
+    let text = "name = \"t\"\nduration = \"12s\"\nwarmup = \"3s\"\n\
+                [link]\nforward = { rate = \"24Mbit\", delay = \"20ms\", queue = \"100%\" }\n\
+                return = { rate = \"10Mbit\", delay = \"20ms\" }\n\
+                [star]\nterminals = 3\n\
+                [traffic]\nkind = \"hub\"\nstop = [3]\nstop_after = \"8s\"\n\
+                [[config]]\nname = \"e2e\"\n\
+                [[config]]\nname = \"shared\"\n\
+                pep = { mode = \"tunnel\", config.tunnel.carrier = { rate = \"24Mbit\", terminal = { terminal2 = { weight = 2.0 } } } }\n";
+    let (ok, _, err) = run_text(&dir, text, &["--repetitions", "1"]);
+    assert!(ok, "{err}");
+    let out = dir.join("out");
+    let (e2e, shared) = (first_run(&out, 0), first_run(&out, 1));
+    for r in [&e2e, &shared] {
+        let t = r["hub"]["terminals"].as_array().unwrap();
+        assert_eq!(t.len(), 3, "{r}");
+        for x in t {
+            assert!(x["goodput_bps"].as_f64().unwrap() > 0.5e6, "{x}");
+            assert!(x["probes"][1].as_u64().unwrap() > 10, "{x}");
+        }
+        assert_eq!(r["failures"], 0, "{r}");
+    }
+    assert!(e2e["hub"]["gateway"].is_null(), "no proxy end to end");
+    let h = &shared["hub"];
+    let g = |i: usize| h["terminals"][i]["goodput_bps"].as_f64().unwrap();
+    let fair = |i: usize| h["terminals"][i]["fair_bps"].as_f64().unwrap();
+    // Weights 1 : 2 : 1 on 24 Mbit/s: 5.7, 11.5, 5.7 Mbit/s of payload.
+    assert!((fair(1) / fair(0) - 2.0).abs() < 1e-9);
+    eprintln!(
+        "shared: {:.2} / {:.2} / {:.2} Mbit/s, Jain {}, taken in {} s, queue p95 {} ms",
+        g(0) / 1e6,
+        g(1) / 1e6,
+        g(2) / 1e6,
+        shared["jain"],
+        h["taken_s"],
+        h["terminals"][1]["queue_p95_ms"]
+    );
+    // terminal and terminal2 ran throughout; terminal2 had twice the share (before the
+    // stop) and more after it, so the ratio lies between 2 and 3 ÷ 1.5.
+    let ratio = g(1) / g(0);
+    assert!((1.7..2.5).contains(&ratio), "terminal2 ÷ terminal {ratio}");
+    assert!(shared["jain"].as_f64().unwrap() > 0.95, "{shared}");
+    assert!(
+        h["terminals"][1]["queue_p95_ms"].as_f64().unwrap() < 15.0,
+        "{h}"
+    );
+    let taken = h["taken_s"].as_f64().expect("the share was taken");
+    // From the end of its iperf3 test: the gateway still delivers what it had taken of the
+    // server's data for it (2.5 s in the runs seen).
+    assert!(taken <= 4.0, "{taken} s");
+    let gw = &h["gateway"];
+    assert!(gw["rss_idle_kb"].as_u64().unwrap() > 1000, "{gw}");
+    assert!(gw["cpu_s"].as_f64().unwrap() > 0.0, "{gw}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("hub: each terminal's goodput"), "{md}");
+    assert!(md.contains("| terminal2 (limit"), "{md}");
+    assert!(namespaces_with("sp-sc-").is_empty(), "the star was left");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

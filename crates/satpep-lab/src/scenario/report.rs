@@ -1327,15 +1327,9 @@ fn hub_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)
         let mut rows = Vec::new();
         for (i, t) in first.terminals.iter().enumerate() {
             let mut label = format!(
-                "{} (limit {:.1}, fair {:.1}{}{})",
+                "{} (limit {:.1}{})",
                 t.name,
                 t.limit_bps / 1e6,
-                t.fair_bps / 1e6,
-                if t.weight != 1.0 {
-                    format!(", weight {}", t.weight)
-                } else {
-                    String::new()
-                },
                 t.stopped_s
                     .map_or(String::new(), |s| format!(", stops at {s:.0} s"))
             );
@@ -1349,9 +1343,15 @@ fn hub_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)
                     .find(|r| &r.config == c)
                     .map_or(String::new(), |r| {
                         let g = over(r, &|h| h.terminals.get(i).map(|t| t.goodput_bps / 1e6));
+                        let f = over(r, &|h| {
+                            let t = h.terminals.get(i)?;
+                            (t.fair_bps > 0.0).then(|| 100.0 * t.goodput_bps / t.fair_bps)
+                        });
                         let q = over(r, &|h| h.terminals.get(i)?.queue_p95_ms);
                         match i < first.busy as usize {
-                            true => format!("{} · {} ms", show(g, 2), show(q, 0)),
+                            true => {
+                                format!("{} ({} %) · {} ms", show(g, 2), show(f, 0), show(q, 0))
+                            }
                             false => "–".into(),
                         }
                     });
@@ -1364,7 +1364,7 @@ fn hub_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)
             false => format!(" at {}", p.join(", ")),
         };
         tables.push((
-            format!("hub: each terminal's goodput after the warm-up, Mbit/s · its queueing delay p95, ms (means over the runs){at}; limits and fair shares in Mbit/s"),
+            format!("hub: each terminal's goodput after the warm-up, Mbit/s (% of its fair share by the configuration's policy) · its queueing delay p95, ms (means over the runs){at}; its link's limit, Mbit/s"),
             Table {
                 header,
                 rows,
