@@ -31,6 +31,12 @@ pub struct Hop {
 /// Smallest flow-control window, whatever the rate (a fast terrestrial burst must fit).
 const MIN_WINDOW: u64 = 4 << 20;
 
+/// Smallest send window of a terminal held to its share of a hub's carrier: what the share
+/// holds back waits in it, and what still waits when the terminal's flows end keeps its
+/// share busy after them (4 MiB at a 5.7 Mbit/s share is 6 s); a terminal whose share grows
+/// gets a larger window within 200 ms.
+const SHARED_MIN_WINDOW: u64 = 256 << 10;
+
 /// Flow-control windows in bandwidth-delay products. A lost packet holds a stream's left
 /// edge for at least one more RTT while the sender goes on, and a lost retransmission for
 /// another: at a packet loss rate of 10 % (BER 1e-5) the window must cover 3 RTTs or more.
@@ -54,12 +60,12 @@ impl Hop {
     }
 
     /// The send window of a connection held to `bytes_per_s` (a hub's share of the carrier)
-    /// over a path of `rtt`: eight of its BDPs and at least 4 MiB, never above
+    /// over a path of `rtt`: eight of its BDPs and at least 256 KiB, never above
     /// [`Hop::send_window`]. Data a share holds back waits in this window, so a gateway's
     /// memory per terminal follows its share instead of the whole hop's rate.
     pub fn send_window_at(&self, bytes_per_s: u64, rtt: Duration) -> u64 {
         (2 * WINDOW_BDPS * bdp(Some(bytes_per_s.saturating_mul(8)), rtt))
-            .max(MIN_WINDOW)
+            .max(SHARED_MIN_WINDOW)
             .min(self.send_window())
     }
 
@@ -214,7 +220,10 @@ mod tests {
             h.send_window_at(1_000_000, Duration::from_millis(600)),
             4_800_000
         );
-        assert_eq!(h.send_window_at(1_000, Duration::from_millis(600)), 4 << 20);
+        assert_eq!(
+            h.send_window_at(1_000, Duration::from_millis(600)),
+            256 << 10
+        );
         assert_eq!(
             h.send_window_at(1 << 40, Duration::from_millis(600)),
             h.send_window()

@@ -220,8 +220,10 @@ fn every_terminal_of_a_star_tunnels_under_its_own_name() {
         "goodput {got:?} Mbit/s; forward queue p50 {} ms, p99 {} ms",
         q.queue_delay_p50_ms, q.queue_delay_p99_ms
     );
-    for (k, (g, _)) in got.iter().enumerate() {
-        assert!(*g > 1.0, "terminal {}: {got:?}", k + 1);
+    // Each tunnel carried its terminal's download (unshared, the three controllers need not
+    // split the carrier evenly: one got under 1 Mbit/s of 30 in one CI-sized run).
+    for (k, (g, bytes)) in got.iter().enumerate() {
+        assert!(*g > 0.1 && *bytes > 100_000, "terminal {}: {got:?}", k + 1);
     }
     let total: f64 = got.iter().map(|(g, _)| g).sum();
     assert!(total <= 30.0, "{got:?}");
