@@ -110,6 +110,197 @@ pub struct HubRecord {
     pub gateway: Option<GatewayCost>,
 }
 
+/// A reader of a child's whole output on a thread of its own (a long test with many
+/// connections writes more JSON than a pipe holds), with the child's process id.
+type Reader = (u32, std::thread::JoinHandle<std::io::Result<std::process::Output>>);
+
+/// A hub run's processes: an iperf3 server per busy terminal in the server host, and in
+/// each busy terminal's client its iperf3 client and its probe. Whatever still runs when
+/// this is dropped is killed.
+struct Downloads {
+    servers: Vec<Child>,
+    clients: Vec<Result<Reader, String>>,
+    pings: Vec<Option<Reader>>,
+    started: Instant,
+    /// When the clients started, s since the epoch (the probes' clock).
+    epoch0: f64,
+}
+
+/// Sends `sig` to process `pid`, which this run started.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: a signal to a process of this run's (gone: ESRCH, ignored).
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+impl Downloads {
+    /// Starts the servers, waits until they listen, then starts every client's download
+    /// of `flows` connections for `run_s(terminal)` seconds and its probe for `dur`.
+    fn start(
+        lab: &Lab,
+        busy: &[Site],
+        flows: u32,
+        run_s: &dyn Fn(u16) -> f64,
+        dur: f64,
+    ) -> Result<Downloads, String> {
+        let mut d = Downloads {
+            servers: Vec::new(),
+            clients: Vec::new(),
+            pings: Vec::new(),
+            started: Instant::now(),
+            epoch0: 0.0,
+        };
+        for st in busy {
+            let port = (HUB_PORT + st.index).to_string();
+            let c = lab
+                .command(Host::Server, "iperf3")
+                .args(["-s", "-1", "-p", &port])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start iperf3: {e}"))?;
+            d.servers.push(c);
+        }
+        let t = Instant::now();
+        loop {
+            let out = lab
+                .command(Host::Server, "ss")
+                .args(["-Hltn"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let up = busy
+                .iter()
+                .all(|st| out.contains(&format!(":{} ", HUB_PORT + st.index)));
+            if up || t.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let read = |c: Child| (c.id(), std::thread::spawn(move || c.wait_with_output()));
+        d.started = Instant::now();
+        d.epoch0 = crate::scenario::beside::epoch_now();
+        for st in busy {
+            let ns = lab.node_ns(&st.client);
+            let secs = run_s(st.index).round().max(1.0) as u32;
+            let port = (HUB_PORT + st.index).to_string();
+            let client = crate::sys::in_ns(&ns, "iperf3")
+                .args(["-c", SERVER_V4, "-p", &port, "-R", "-J"])
+                .args(["-t", &secs.to_string(), "-P", &flows.to_string()])
+                .args(["-i", &INTERVAL_S.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn();
+            d.clients.push(
+                client
+                    .map(read)
+                    .map_err(|e| format!("cannot start iperf3: {e}")),
+            );
+            let count = (dur / PROBE_S).floor().max(1.0) as u32;
+            let ping = crate::sys::in_ns(&ns, "ping")
+                .args(["-n", "-D", "-W", "10", "-i", &PROBE_S.to_string()])
+                .args(["-c", &count.to_string(), SERVER_V4])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn();
+            d.pings.push(ping.ok().map(read));
+        }
+        Ok(d)
+    }
+
+    /// Waits up to `limit_s` after the start for the clients (calling `tick(elapsed s)` once
+    /// a second), interrupts the late ones (iperf3 then reports what it measured so far) and
+    /// kills those that do not end; returns each client's output and whether it was late,
+    /// and each probe's output. Only an interrupt of the scenario is an `Err`.
+    #[allow(clippy::type_complexity)]
+    fn finish(
+        mut self,
+        limit_s: f64,
+        tick: &mut dyn FnMut(f64),
+    ) -> Result<(Vec<(Result<std::process::Output, String>, bool)>, Vec<Option<String>>), String>
+    {
+        let deadline = self.started + Duration::from_secs_f64(limit_s);
+        let running = |d: &Downloads| {
+            d.clients
+                .iter()
+                .any(|c| c.as_ref().is_ok_and(|(_, h)| !h.is_finished()))
+        };
+        let mut last = Instant::now();
+        while running(&self) && Instant::now() < deadline {
+            if crate::interrupted() {
+                return Err("interrupted".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            if last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                tick(self.started.elapsed().as_secs_f64());
+            }
+        }
+        let late: Vec<bool> = self
+            .clients
+            .iter()
+            .map(|c| c.as_ref().is_ok_and(|(_, h)| !h.is_finished()))
+            .collect();
+        for (c, _) in self.clients.iter().zip(&late).filter(|(_, &l)| l) {
+            if let Ok((pid, _)) = c {
+                signal(*pid, libc::SIGINT);
+            }
+        }
+        let t = Instant::now();
+        while running(&self) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.end_all();
+        let clients = std::mem::take(&mut self.clients)
+            .into_iter()
+            .zip(late)
+            .map(|(c, late)| {
+                let out = c.and_then(|(_, h)| {
+                    h.join()
+                        .map_err(|_| "iperf3's reader failed".to_string())?
+                        .map_err(|e| e.to_string())
+                });
+                (out, late)
+            })
+            .collect();
+        let pings = std::mem::take(&mut self.pings)
+            .into_iter()
+            .map(|p| {
+                let (_, h) = p?;
+                let o = h.join().ok()?.ok()?;
+                Some(String::from_utf8_lossy(&o.stdout).into_owned())
+            })
+            .collect();
+        Ok((clients, pings))
+    }
+
+    /// Kills every process of the run that still runs.
+    fn end_all(&mut self) {
+        for c in self.clients.iter().flatten() {
+            if !c.1.is_finished() {
+                signal(c.0, libc::SIGKILL);
+            }
+        }
+        for p in self.pings.iter().flatten() {
+            if !p.1.is_finished() {
+                signal(p.0, libc::SIGKILL);
+            }
+        }
+        for c in &mut self.servers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Downloads {
+    fn drop(&mut self) {
+        self.end_all();
+    }
+}
+
 /// Bytes of `iv` (interval end s, bytes) in intervals lying within `from..to` s.
 fn bytes_within(iv: &[(f64, u64)], from: f64, to: f64) -> (u64, f64) {
     let (mut prev, mut bytes, mut secs) = (0.0, 0u64, 0.0);
@@ -250,176 +441,24 @@ impl Kind for Hub {
         let cpu0 = gateway.map(crate::sys::cpu_seconds);
         let uptime0 = lab.link_stats().ok().map(|s| s.uptime_s);
 
-        // One iperf3 server per busy terminal, in the server host.
-        let mut servers: Vec<Child> = Vec::new();
-        let kill = |v: &mut Vec<Child>| {
-            for c in v.iter_mut() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        };
-        for st in &sites[..busy] {
-            let port = (HUB_PORT + st.index).to_string();
-            match lab
-                .command(Host::Server, "iperf3")
-                .args(["-s", "-1", "-p", &port])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-            {
-                Ok(c) => servers.push(c),
-                Err(e) => {
-                    kill(&mut servers);
-                    return Err(format!("cannot start iperf3: {e}"));
-                }
-            }
-        }
-        let t = Instant::now();
-        loop {
-            let out = lab
-                .command(Host::Server, "ss")
-                .args(["-Hltn"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            let up = sites[..busy]
-                .iter()
-                .all(|st| out.contains(&format!(":{} ", HUB_PORT + st.index)));
-            if up || t.elapsed() > Duration::from_secs(10) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-
-        // The clients' downloads and probes, each read on a thread of its own (a long test
-        // with many connections writes more JSON than a pipe holds).
-        let start = Instant::now();
-        let mut clients = Vec::new();
-        let mut pings = Vec::new();
-        // Every client's and probe's process, to end what outlives the run.
-        let mut pids: Vec<u32> = Vec::new();
-        let signal = |pids: &[u32], sig: i32| {
-            for &p in pids {
-                // SAFETY: a signal to a process this run started (gone: ESRCH, ignored).
-                unsafe { libc::kill(p as i32, sig) };
-            }
-        };
-        let kill_pids = |pids: &[u32]| signal(pids, libc::SIGKILL);
-        for st in &sites[..busy] {
-            let ns = lab.node_ns(&st.client);
-            let secs = run_s(st.index).round().max(1.0) as u32;
-            let args = [
-                "-c".to_string(),
-                SERVER_V4.into(),
-                "-p".into(),
-                (HUB_PORT + st.index).to_string(),
-                "-R".into(),
-                "-t".into(),
-                secs.to_string(),
-                "-P".into(),
-                self.flows.to_string(),
-                "-i".into(),
-                INTERVAL_S.to_string(),
-                "-J".into(),
-            ];
-            let child = crate::sys::in_ns(&ns, "iperf3")
-                .args(&args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn();
-            if let Ok(c) = &child {
-                pids.push(c.id());
-            }
-            clients.push(child.map(|c| std::thread::spawn(move || c.wait_with_output())));
-            let count = (dur / PROBE_S).floor().max(1.0) as u32;
-            let ping = crate::sys::in_ns(&ns, "ping")
-                .args([
-                    "-n",
-                    "-D",
-                    "-i",
-                    &PROBE_S.to_string(),
-                    "-c",
-                    &count.to_string(),
-                    "-W",
-                    "10",
-                    SERVER_V4,
-                ])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn();
-            if let Ok(c) = &ping {
-                pids.push(c.id());
-            }
-            pings.push(ping.map(|c| std::thread::spawn(move || c.wait_with_output())));
-        }
-        let epoch0 = crate::scenario::beside::epoch_now();
-        // Wait for the downloads, reading the gateway's memory once a second.
-        let mut rss_busy = rss_idle.unwrap_or(0);
+        let downloads = Downloads::start(lab, &sites[..busy], self.flows, &run_s, dur)?;
         // A loaded machine starts thousands of connections slowly (iperf3 opens a test's
         // connections one by one and starts its clock after the last): 20 s, and 10 ms a
         // connection more.
         let grace = 20.0 + 0.01 * (busy as f64 * self.flows as f64);
-        let deadline = start + Duration::from_secs_f64(dur + grace);
-        let mut last = Instant::now();
-        loop {
-            let done = clients
-                .iter()
-                .all(|c| c.as_ref().map_or(true, |h| h.is_finished()));
-            if done || Instant::now() > deadline {
-                break;
+        let mut rss_busy = rss_idle.unwrap_or(0);
+        let epoch0 = downloads.epoch0;
+        let (outputs, pings) = downloads.finish(dur + grace, &mut |t| {
+            tick(t);
+            // The gateway's memory, once a second.
+            if let Some(kb) = gateway.and_then(crate::sys::rss_kb) {
+                rss_busy = rss_busy.max(kb);
             }
-            if crate::interrupted() {
-                kill_pids(&pids);
-                kill(&mut servers);
-                return Err("interrupted".into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            if last.elapsed() >= Duration::from_secs(1) {
-                last = Instant::now();
-                tick(start.elapsed().as_secs_f64());
-                if let Some(kb) = gateway.and_then(crate::sys::rss_kb) {
-                    rss_busy = rss_busy.max(kb);
-                }
-            }
-        }
-        // A client past the deadline is interrupted (iperf3 then reports what it measured so
-        // far), and killed if that does not end it.
-        let late: Vec<bool> = clients
-            .iter()
-            .map(|c| c.as_ref().is_ok_and(|h| !h.is_finished()))
-            .collect();
-        if late.iter().any(|&l| l) {
-            signal(&pids, libc::SIGINT);
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(5)
-                && clients
-                    .iter()
-                    .any(|c| c.as_ref().is_ok_and(|h| !h.is_finished()))
-            {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            kill_pids(&pids);
-        }
-        kill(&mut servers);
-        let mut outputs = clients.into_iter().map(|c| match c {
-            Err(e) => Err(format!("cannot start iperf3: {e}")),
-            Ok(h) => h
-                .join()
-                .map_err(|_| "iperf3's reader failed".to_string())?
-                .map_err(|e| e.to_string()),
-        });
-        let mut late = late.into_iter();
+        })?;
+        let mut outputs = outputs.into_iter();
+        let mut probes = pings.into_iter();
         // The same error of many clients is said once, with how many.
         let mut errors: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-        let mut probes = pings.into_iter().map(|p| {
-            p.ok()
-                .and_then(|h| h.join().ok())
-                .and_then(|o| o.ok())
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        });
         let cpu = match (gateway, cpu0) {
             (Some(p), Some(c0)) => Some(crate::sys::cpu_seconds(p) - c0),
             _ => None,
@@ -469,9 +508,11 @@ impl Kind for Hub {
             };
             let mut iv = Vec::new();
             if i < busy {
-                let got = outputs.next().unwrap_or_else(|| Err("no iperf3".into()));
+                let (got, late) = outputs
+                    .next()
+                    .unwrap_or_else(|| (Err("no iperf3".into()), false));
                 let mut said = |e: String| errors.entry(e).or_default().push(st.client.clone());
-                if late.next().unwrap_or(false) {
+                if late {
                     said(format!(
                         "iperf3 still ran {grace:.0} s after the run's end: interrupted, \
                          its figures are those it had then"
