@@ -2150,6 +2150,53 @@ fn total_goodput(r: &RunRecord) -> Vec<(f64, f64, f64)> {
         .collect()
 }
 
+/// The most terminals a hub cell's goodput panel draws one line each for.
+const HUB_LINES: usize = 8;
+
+/// Per whole second, the least, the median and the most goodput of `flows` (Mbit/s), each
+/// flow's bytes spread over the seconds its intervals span.
+fn spread_per_second(flows: &[super::traffic::FlowRecord]) -> Vec<Line> {
+    let mut bins: std::collections::BTreeMap<i64, Vec<f64>> = Default::default();
+    for f in flows {
+        let mut per: std::collections::BTreeMap<i64, f64> = Default::default();
+        let mut prev = f.start_s;
+        for &(t, b) in &f.series {
+            let d = t - prev;
+            let mut a = prev;
+            while d > 0.0 && a < t {
+                let k = a.floor();
+                let end = (k + 1.0).min(t);
+                *per.entry(k as i64).or_default() += b as f64 * 8.0 * (end - a) / d;
+                a = end;
+            }
+            prev = t;
+        }
+        // The last second, only partly covered, would read low.
+        let last = prev.floor() as i64;
+        for (k, bits) in per.into_iter().filter(|&(k, _)| k < last) {
+            bins.entry(k).or_default().push(bits / 1e6);
+        }
+    }
+    let pick = |name: &str, at: fn(&[f64]) -> f64| Line {
+        name: name.into(),
+        points: bins
+            .iter()
+            .filter(|(_, v)| v.len() == flows.len())
+            .map(|(&k, v)| {
+                let mut v = v.clone();
+                v.sort_by(f64::total_cmp);
+                ((k + 1) as f64, at(&v), 0.0)
+            })
+            .collect(),
+        reference: vec![],
+    };
+    vec![
+        pick("least", |v| v[0]),
+        pick("median", |v| v[v.len() / 2]),
+        pick("most", |v| v[v.len() - 1]),
+    ]
+}
+
 /// A cell's panels: goodput per flow, the satellite-leg sender's cwnd and smoothed RTT.
 fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
     // ss sees TCP only: in tunnel mode the sampled sender is the server's, on its
@@ -2166,7 +2213,19 @@ fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
         y_label: "Mbit/s".into(),
         ..Default::default()
     };
+    // Past eight terminals, lines per terminal are a tangle: the least, the median and the
+    // most of them each second instead.
+    if r.hub.is_some() && r.flows.len() > HUB_LINES {
+        p.title = format!(
+            "{title}: goodput per terminal, the least, median and most of {} each second",
+            r.flows.len()
+        );
+        p.lines = spread_per_second(&r.flows);
+    }
     for (i, f) in r.flows.iter().enumerate() {
+        if r.hub.is_some() && r.flows.len() > HUB_LINES {
+            break;
+        }
         let mut prev = f.start_s;
         let pts = f.series.iter().map(|&(t, b)| {
             let d = (t - prev).max(1e-3);
