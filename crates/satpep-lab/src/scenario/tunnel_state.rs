@@ -126,6 +126,42 @@ pub(crate) fn wait_peers(lab: &Lab, terminals: u16, limit: Duration) -> Result<(
     ))
 }
 
+/// What the gateway's proxy says of each terminal's tunnel now, by terminal name: (UDP
+/// bytes it sent to that terminal, connections it holds under that name), summed over the
+/// connections; None if it does not answer.
+pub(crate) fn gateway_per_terminal(
+    lab: &Lab,
+) -> Option<std::collections::BTreeMap<String, (u64, u32)>> {
+    let addr = metrics_addr();
+    let text = crate::checked::in_netns(&lab.ns(Host::Gateway), move || fetch(addr))
+        .join()
+        .ok()?
+        .ok()??;
+    let mut by_name: std::collections::BTreeMap<String, (u64, u32)> = Default::default();
+    for (n, labels, v) in samples(&text) {
+        let Some(name) = label(labels, "name") else {
+            continue;
+        };
+        let e = by_name.entry(name.to_string()).or_default();
+        match n {
+            "tunnel_udp_bytes_total" if label(labels, "direction") == Some("down") => {
+                e.0 += v as u64
+            }
+            "tunnel_flows" => e.1 += 1,
+            _ => {}
+        }
+    }
+    Some(by_name)
+}
+
+/// The value of label `key` in a sample's label text (`peer="…",name="terminal2"`).
+fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    labels.split(',').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k.trim() == key).then(|| v.trim().trim_end_matches('}').trim_matches('"'))
+    })
+}
+
 /// The value of the metric `name` (without the `satpep_` prefix, summed over its labels)
 /// that the proxy in `host` serves now; None if it does not answer or has no such metric.
 pub(crate) fn proxy_metric(lab: &Lab, host: Host, name: &str) -> Option<f64> {
@@ -272,6 +308,11 @@ mod tests {
         assert!((s.model_base_rtt_ms.unwrap() - 560.4).abs() < 1e-9);
         assert_eq!(s.phase, "drain");
         assert_eq!(s.sent_packets, Some(120));
+        assert_eq!(
+            label("peer=\"198.18.2.1:7701\",name=\"terminal2\"}", "name"),
+            Some("terminal2")
+        );
+        assert_eq!(label("peer=\"a\"", "name"), None);
         assert_eq!(s.lost_packets, Some(7));
         assert_eq!(s.udp_tx_bytes, Some(150_000));
         assert_eq!(s.channel_loss, Some(0.0125));

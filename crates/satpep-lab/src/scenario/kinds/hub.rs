@@ -79,6 +79,14 @@ pub struct TerminalRecord {
     pub queue_p95_ms: Option<f64>,
     /// Probes sent and answered.
     pub probes: (u32, u32),
+    /// Tunnel mode: UDP bytes the gateway sent this terminal during the run (every frame:
+    /// headers, repairs), as its `/metrics` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_sent_bytes: Option<u64>,
+    /// Tunnel mode: the connections the gateway held under the terminal's name at the end
+    /// (more than one: a second tunnel beside the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnels: Option<u32>,
 }
 
 /// What the gateway's proxy held and used.
@@ -441,6 +449,10 @@ impl Kind for Hub {
         let cpu0 = gateway.map(crate::sys::cpu_seconds);
         let uptime0 = lab.link_stats().ok().map(|s| s.uptime_s);
 
+        let tunnel = cell.pep.mode == crate::topology::PepMode::Tunnel;
+        let gw0 = tunnel
+            .then(|| crate::scenario::tunnel_state::gateway_per_terminal(lab))
+            .flatten();
         let downloads = Downloads::start(lab, &sites[..busy], self.flows, &run_s, dur)?;
         // A loaded machine starts thousands of connections slowly (iperf3 opens a test's
         // connections one by one and starts its clock after the last): 20 s, and 10 ms a
@@ -455,6 +467,9 @@ impl Kind for Hub {
                 rss_busy = rss_busy.max(kb);
             }
         })?;
+        let gw1 = tunnel
+            .then(|| crate::scenario::tunnel_state::gateway_per_terminal(lab))
+            .flatten();
         let mut outputs = outputs.into_iter();
         let mut probes = pings.into_iter();
         // The same error of many clients is said once, with how many.
@@ -505,7 +520,23 @@ impl Kind for Hub {
                 bytes: 0,
                 queue_p95_ms: None,
                 probes: (0, 0),
+                gateway_sent_bytes: None,
+                tunnels: None,
             };
+            if let (Some(a), Some(b)) = (&gw0, &gw1) {
+                let before = a.get(&st.terminal).map_or(0, |x| x.0);
+                if let Some(&(after, n)) = b.get(&st.terminal) {
+                    t.gateway_sent_bytes = Some(after.saturating_sub(before));
+                    t.tunnels = Some(n);
+                    // Said, so that the run keeps the proxies' logs.
+                    if n > 1 {
+                        errors
+                            .entry(format!("the gateway held {n} tunnels under its name"))
+                            .or_default()
+                            .push(st.terminal.clone());
+                    }
+                }
+            }
             let mut iv = Vec::new();
             if i < busy {
                 let (got, late) = outputs
