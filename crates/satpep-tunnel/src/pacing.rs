@@ -157,6 +157,10 @@ fn burst(rate: u64) -> u64 {
 #[derive(Debug)]
 struct Peer {
     pace: Weak<Pace>,
+    /// The pace it had before `pace`, while that connection lives: a second configuration
+    /// made for the same peer (an incoming handshake that was then dropped) must not leave
+    /// the live connection unpaced and outside its share.
+    older: Weak<Pace>,
     tokens: i64,
     at: Instant,
     /// Since when the datagram waiting to leave has been held.
@@ -181,6 +185,7 @@ impl Peer {
     fn new(pace: &Arc<Pace>, share: crate::hub::TerminalShare) -> Peer {
         Peer {
             pace: Arc::downgrade(pace),
+            older: Weak::new(),
             tokens: 0,
             at: Instant::now(),
             held_since: None,
@@ -192,6 +197,12 @@ impl Peer {
             last_data: None,
             capped: None,
         }
+    }
+
+    /// Its connection's pace: the newest one made for it, else the one before while it
+    /// lives; None when both are gone.
+    fn live(&self) -> Option<Arc<Pace>> {
+        self.pace.upgrade().or_else(|| self.older.upgrade())
     }
 
     /// The rate its datagrams leave at: its controller's, within its share of the carrier.
@@ -210,7 +221,7 @@ impl Peer {
 
     /// Refills the bucket to `now`; the peer's pace and rate, if it is paced.
     fn refill(&mut self, now: Instant) -> Option<(Arc<Pace>, u64)> {
-        let pace = self.pace.upgrade();
+        let pace = self.live();
         let rate = self.rate(pace.as_ref());
         let dt = now.saturating_duration_since(self.at).as_nanos();
         self.at = now;
@@ -263,7 +274,7 @@ impl Peers {
         let mut busy = Vec::new();
         let mut freed = false;
         for (a, p) in peers.iter_mut() {
-            let Some(pace) = p.pace.upgrade() else {
+            let Some(pace) = p.live() else {
                 continue;
             };
             let now_rate = p.sent as f64 / dt.as_secs_f64();
@@ -354,7 +365,7 @@ impl PacedSocket {
             match &carrier {
                 None => {
                     p.cap = 0;
-                    if let Some(pace) = p.pace.upgrade() {
+                    if let Some(pace) = p.live() {
                         pace.share.store(0, Relaxed);
                     }
                 }
@@ -398,15 +409,18 @@ impl PacedSocket {
         let mut peers = self.peers();
         let peers = &mut peers.by_addr;
         // Peers whose connections are gone go too.
-        peers.retain(|_, p| p.pace.strong_count() > 0);
+        peers.retain(|_, p| p.live().is_some());
         // A new connection from a named terminal keeps the name's settings until named
         // again (the same address: a reconnection).
-        let (share, name) = peers
+        let (share, name, older) = peers
             .get(&key(peer))
-            .map(|p| (p.share, p.name.clone()))
+            .map(|p| (p.share, p.name.clone(), p.live()))
             .unwrap_or_default();
         let mut p = Peer::new(&pace, share);
         p.name = name;
+        if let Some(o) = older {
+            p.older = Arc::downgrade(&o);
+        }
         peers.insert(key(peer), p);
         pace
     }
@@ -500,7 +514,7 @@ impl AsyncUdpSocket for PacedSocket {
         let peers = self.peers();
         let mut segments = None::<usize>;
         for p in peers.by_addr.values() {
-            let rate = p.rate(p.pace.upgrade().as_ref());
+            let rate = p.rate(p.live().as_ref());
             if rate == 0 {
                 return most;
             }
@@ -637,6 +651,22 @@ mod tests {
         );
         got += drain();
         assert_eq!(got, 220, "datagrams arrived");
+    }
+
+    /// A second pace made for a peer and dropped (a handshake's configuration that was not
+    /// used) leaves the peer paced by the pace before it, which its connection still holds.
+    #[tokio::test]
+    async fn a_dropped_second_pace_leaves_the_live_one_pacing() {
+        let (s, to, first, rx) = paced(300_000);
+        rx.set_nonblocking(true).unwrap();
+        let second = s.pace(to);
+        drop(second);
+        // 60 kB at 300 kB/s: about 200 ms (unpaced it took under 50).
+        let t = send(&s, to, 100, 600).await;
+        assert!(t >= Duration::from_millis(150), "not paced: {t:?}");
+        drop(first);
+        let after = send(&s, to, 40, 600).await;
+        assert!(after < Duration::from_millis(50), "both gone: {after:?}");
     }
 
     #[tokio::test]
