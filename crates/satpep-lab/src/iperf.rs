@@ -45,6 +45,21 @@ pub fn goodput_after(intervals: &[(f64, u64)], from_s: f64) -> Option<f64> {
     (secs > 0.0).then(|| bytes as f64 * 8.0 / secs)
 }
 
+/// Bytes of receiver `intervals` (end s, bytes) lying within `from..to` s (with 50 ms to
+/// spare either side: iperf3's intervals end a few ms after each boundary), and the seconds
+/// they span.
+pub fn bytes_within(intervals: &[(f64, u64)], from: f64, to: f64) -> (u64, f64) {
+    let (mut prev, mut bytes, mut secs) = (0.0, 0u64, 0.0);
+    for &(end, b) in intervals {
+        if prev >= from - 0.05 && end <= to + 0.05 {
+            bytes += b;
+            secs += end - prev;
+        }
+        prev = end;
+    }
+    (bytes, secs)
+}
+
 /// The (end s, bytes) of each interval of an iperf3 JSON report.
 pub fn intervals(v: &Value) -> Vec<(f64, u64)> {
     v["intervals"]
@@ -489,6 +504,13 @@ pub fn ping(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intervals_within_a_span() {
+        let iv = [(0.5, 10), (1.0, 20), (1.5, 30), (2.0, 40)];
+        assert_eq!(bytes_within(&iv, 0.5, 1.5), (50, 1.0));
+        assert_eq!(bytes_within(&iv, 0.0, 2.0), (100, 2.0));
+    }
 
     #[test]
     fn goodput_after_skips_the_start_and_the_last_second() {

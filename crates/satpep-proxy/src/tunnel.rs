@@ -693,8 +693,8 @@ pub async fn run_gateway(
 /// one: a reload may set or remove it), from the handshake on and five times a second while
 /// its connection lives: what its share holds back waits in that window at the gateway, and
 /// the hop's whole-rate window (64 MiB without a told rate) let a gateway carrying 50
-/// terminals hold 1.7 GB. A quiet terminal has the least window (4 MiB) until its share is
-/// known.
+/// terminals hold 1.7 GB. A quiet terminal has the least window (256 KiB) until its share
+/// is known.
 async fn follow_share(
     conn: quinn::Connection,
     paced: Arc<PacedSocket>,

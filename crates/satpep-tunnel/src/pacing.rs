@@ -53,13 +53,11 @@ thread_local! {
     static HELD_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// [`Pace::set_in_flight`] never called: the controller does not say.
-const FLIGHT_UNKNOWN: u8 = 0;
-/// Nothing was in flight at the last ACK frame.
+/// Nothing was in flight at the last ACK frame (0, the default: the controller does not
+/// say).
 const FLIGHT_EMPTY: u8 = 1;
 /// Data was in flight at the last ACK frame.
 const FLIGHT_DATA: u8 = 2;
-const _: () = assert!(FLIGHT_UNKNOWN != FLIGHT_EMPTY && FLIGHT_EMPTY != FLIGHT_DATA);
 
 /// The rate one connection's datagrams leave at, set by its controller: bytes per second of
 /// UDP payload, 0 for none (quinn's own pacing only).
@@ -73,7 +71,7 @@ pub struct Pace {
     /// carrier was freed, not because others sent less for a moment.
     epoch: AtomicU64,
     /// Whether the connection had data in flight at its last ACK frame, as its controller
-    /// says ([`FLIGHT_UNKNOWN`] where it does not): a terminal sending nothing with data in
+    /// says (0 where it does not): a terminal sending nothing with data in
     /// flight is held by its window (a drain over a long queue), not quiet.
     flight: AtomicU8,
     /// Transmits held so far: read on every acknowledgement, without the lock.

@@ -118,20 +118,9 @@ fn downloads_for(lab: &Lab, amount: &[[&str; 2]]) -> Vec<(Vec<(f64, u64)>, u64)>
 
 /// Goodput of `intervals` from `from` to `to` s, Mbit/s.
 fn goodput_between(intervals: &[(f64, u64)], from: f64, to: f64) -> f64 {
-    let mut prev = 0.0;
-    let (mut bytes, mut secs) = (0u64, 0.0);
-    for &(end, b) in intervals {
-        // iperf3's intervals end a few ms after each second.
-        if prev >= from - 0.05 && end <= to + 0.05 {
-            bytes += b;
-            secs += end - prev;
-        }
-        prev = end;
-    }
-    if secs > 0.0 {
-        bytes as f64 * 8.0 / secs / 1e6
-    } else {
-        0.0
+    match satpep_lab::iperf::bytes_within(intervals, from, to) {
+        (bytes, secs) if secs > 0.0 => bytes as f64 * 8.0 / secs / 1e6,
+        _ => 0.0,
     }
 }
 

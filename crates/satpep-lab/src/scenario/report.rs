@@ -1248,7 +1248,6 @@ fn hub_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)
         let v: Vec<f64> = r.hub.iter().filter_map(f).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
-    let busy = |h: &HubRecord| h.terminals[..h.busy as usize].to_vec();
     let of_fair = |t: &crate::scenario::kinds::hub::TerminalRecord| {
         (t.stopped_s.is_none() && t.fair_bps > 0.0).then(|| 100.0 * t.goodput_bps / t.fair_bps)
     };
@@ -1259,9 +1258,9 @@ fn hub_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)
             if r.hub.is_empty() {
                 return "–".into();
             }
-            let least = over(r, &|h| busy(h).iter().filter_map(of_fair).reduce(f64::min));
-            let most = over(r, &|h| busy(h).iter().filter_map(of_fair).reduce(f64::max));
-            let q = over(r, &|h| busy(h).iter().filter_map(|t| t.queue_p95_ms).reduce(f64::max));
+            let least = over(r, &|h| h.busy_terminals().iter().filter_map(of_fair).reduce(f64::min));
+            let most = over(r, &|h| h.busy_terminals().iter().filter_map(of_fair).reduce(f64::max));
+            let q = over(r, &|h| h.busy_terminals().iter().filter_map(|t| t.queue_p95_ms).reduce(f64::max));
             format!(
                 "{} / {} / {}–{} / {}",
                 show((r.utilization.n > 0).then_some(r.utilization.mean * 100.0), 1),
@@ -2126,28 +2125,35 @@ fn total_goodput(r: &RunRecord) -> Vec<(f64, f64, f64)> {
     let mut bins: std::collections::BTreeMap<i64, f64> = Default::default();
     let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
     for f in &r.flows {
-        let mut prev = f.start_s;
-        first = first.min(prev);
-        for &(t, b) in &f.series {
-            let d = t - prev;
-            if d > 0.0 {
-                let mut a = prev;
-                while a < t {
-                    let k = a.floor();
-                    let end = (k + 1.0).min(t);
-                    *bins.entry(k as i64).or_default() += b as f64 * 8.0 * (end - a) / d;
-                    a = end;
-                }
-            }
-            prev = t;
-        }
-        last = last.max(prev);
+        first = first.min(f.start_s);
+        last = last.max(spread_into_seconds(f, &mut bins));
     }
     // Seconds only partly covered (the first and the last) would read low: left out.
     bins.into_iter()
         .filter(|&(k, _)| k as f64 >= first && (k + 1) as f64 <= last + 1e-9)
         .map(|(k, bits)| (k as f64 + 1.0, bits / 1e6, 0.0))
         .collect()
+}
+
+/// Adds the bits of `f`'s intervals to `bins` (whole seconds since the first flow's start),
+/// each interval's spread over the seconds it spans; returns the end of its last interval.
+fn spread_into_seconds(
+    f: &super::traffic::FlowRecord,
+    bins: &mut std::collections::BTreeMap<i64, f64>,
+) -> f64 {
+    let mut prev = f.start_s;
+    for &(t, b) in &f.series {
+        let d = t - prev;
+        let mut a = prev;
+        while d > 0.0 && a < t {
+            let k = a.floor();
+            let end = (k + 1.0).min(t);
+            *bins.entry(k as i64).or_default() += b as f64 * 8.0 * (end - a) / d;
+            a = end;
+        }
+        prev = t;
+    }
+    prev
 }
 
 /// The most terminals a hub cell's goodput panel draws one line each for.
@@ -2159,20 +2165,8 @@ fn spread_per_second(flows: &[super::traffic::FlowRecord]) -> Vec<Line> {
     let mut bins: std::collections::BTreeMap<i64, Vec<f64>> = Default::default();
     for f in flows {
         let mut per: std::collections::BTreeMap<i64, f64> = Default::default();
-        let mut prev = f.start_s;
-        for &(t, b) in &f.series {
-            let d = t - prev;
-            let mut a = prev;
-            while d > 0.0 && a < t {
-                let k = a.floor();
-                let end = (k + 1.0).min(t);
-                *per.entry(k as i64).or_default() += b as f64 * 8.0 * (end - a) / d;
-                a = end;
-            }
-            prev = t;
-        }
         // The last second, only partly covered, would read low.
-        let last = prev.floor() as i64;
+        let last = spread_into_seconds(f, &mut per).floor() as i64;
         for (k, bits) in per.into_iter().filter(|&(k, _)| k < last) {
             bins.entry(k).or_default().push(bits / 1e6);
         }
@@ -2215,17 +2209,15 @@ fn cell_panels(title: String, r: &RunRecord, tunnel: bool) -> Vec<LinePlot> {
     };
     // Past eight terminals, lines per terminal are a tangle: the least, the median and the
     // most of them each second instead.
-    if r.hub.is_some() && r.flows.len() > HUB_LINES {
+    let spread = r.hub.is_some() && r.flows.len() > HUB_LINES;
+    if spread {
         p.title = format!(
             "{title}: goodput per terminal, the least, median and most of {} each second",
             r.flows.len()
         );
         p.lines = spread_per_second(&r.flows);
     }
-    for (i, f) in r.flows.iter().enumerate() {
-        if r.hub.is_some() && r.flows.len() > HUB_LINES {
-            break;
-        }
+    for (i, f) in r.flows.iter().enumerate().filter(|_| !spread) {
         let mut prev = f.start_s;
         let pts = f.series.iter().map(|&(t, b)| {
             let d = (t - prev).max(1e-3);

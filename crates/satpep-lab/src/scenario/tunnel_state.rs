@@ -132,11 +132,7 @@ pub(crate) fn wait_peers(lab: &Lab, terminals: u16, limit: Duration) -> Result<(
 pub(crate) fn gateway_per_terminal(
     lab: &Lab,
 ) -> Option<std::collections::BTreeMap<String, (u64, u32)>> {
-    let addr = metrics_addr();
-    let text = crate::checked::in_netns(&lab.ns(Host::Gateway), move || fetch(addr))
-        .join()
-        .ok()?
-        .ok()??;
+    let text = metrics_text(lab, Host::Gateway)?;
     let mut by_name: std::collections::BTreeMap<String, (u64, u32)> = Default::default();
     for (n, labels, v) in samples(&text) {
         let Some(name) = label(labels, "name") else {
@@ -154,6 +150,16 @@ pub(crate) fn gateway_per_terminal(
     Some(by_name)
 }
 
+/// What the proxy in `host` serves at `/metrics` now, fetched from inside its namespace;
+/// None if it does not answer.
+fn metrics_text(lab: &Lab, host: Host) -> Option<String> {
+    let addr = metrics_addr();
+    crate::checked::in_netns(&lab.ns(host), move || fetch(addr))
+        .join()
+        .ok()?
+        .ok()?
+}
+
 /// The value of label `key` in a sample's label text (`peer="…",name="terminal2"`).
 fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
     labels.split(',').find_map(|kv| {
@@ -165,11 +171,7 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
 /// The value of the metric `name` (without the `satpep_` prefix, summed over its labels)
 /// that the proxy in `host` serves now; None if it does not answer or has no such metric.
 pub(crate) fn proxy_metric(lab: &Lab, host: Host, name: &str) -> Option<f64> {
-    let addr = metrics_addr();
-    let text = crate::checked::in_netns(&lab.ns(host), move || fetch(addr))
-        .join()
-        .ok()?
-        .ok()??;
+    let text = metrics_text(lab, host)?;
     let mut found = None;
     for (n, _, v) in samples(&text) {
         if n == name {

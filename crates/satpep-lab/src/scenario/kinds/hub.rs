@@ -8,11 +8,13 @@
 //! share, and the gateway proxy's memory and CPU per terminal and per flow.
 
 use super::{check_count, one, Kind};
+use crate::iperf::bytes_within;
 use crate::scenario::beside::{base_rtt_ms, parse_ping, percentile};
 use crate::scenario::runner::{tcp_limit_in, HOST_MSS};
 use crate::scenario::spec::{CellSpec, Metric, Span};
 use crate::scenario::traffic::{jain, FlowRecord, RunRecord};
 use crate::topology::{Host, Lab, Site, SERVER_V4};
+use satpep_tunnel::hub::ShareBy;
 use serde::{Deserialize, Serialize};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -309,17 +311,11 @@ impl Drop for Downloads {
     }
 }
 
-/// Bytes of `iv` (interval end s, bytes) in intervals lying within `from..to` s.
-fn bytes_within(iv: &[(f64, u64)], from: f64, to: f64) -> (u64, f64) {
-    let (mut prev, mut bytes, mut secs) = (0.0, 0u64, 0.0);
-    for &(end, b) in iv {
-        if prev >= from - 0.05 && end <= to + 0.05 {
-            bytes += b;
-            secs += end - prev;
-        }
-        prev = end;
+impl HubRecord {
+    /// The terminals that downloaded.
+    pub fn busy_terminals(&self) -> &[TerminalRecord] {
+        &self.terminals[..self.busy as usize]
     }
-    (bytes, secs)
 }
 
 impl Hub {
@@ -327,18 +323,20 @@ impl Hub {
         self.busy.unwrap_or(cell.star.terminals)
     }
 
-    /// The carrier's policy from the gateway's settings: (share of "time" or "bits", the
-    /// weight of terminal `name`).
-    fn policy(cell: &CellSpec) -> (String, impl Fn(&str) -> f64 + '_) {
+    /// The carrier's policy from the gateway's settings: (what is shared, the weight of
+    /// terminal `name`).
+    fn policy(cell: &CellSpec) -> (ShareBy, impl Fn(&str) -> f64 + '_) {
         let carrier = cell
             .pep
             .config
             .tunnel
             .as_ref()
             .and_then(|t| t.carrier.as_ref());
+        // Checked with the cell (the proxies' configuration is).
         let share = carrier
-            .and_then(|c| c.share.clone())
-            .unwrap_or_else(|| "time".into());
+            .and_then(|c| c.share.as_deref())
+            .and_then(|s| ShareBy::parse(s).ok())
+            .unwrap_or_default();
         let weight = move |name: &str| {
             carrier
                 .and_then(|c| c.terminal.get(name))
@@ -349,29 +347,36 @@ impl Hub {
     }
 }
 
-/// Each busy terminal's fair goodput, bit/s, from its weight and its link's limit: shared in
-/// time, terminal k holds w_k/W of the carrier's time and delivers its own limit in it; shared
-/// in bits, each gets b·w_k where b fills the carrier's time, Σ b·w_k / l_k = 1.
-pub fn fair_shares(share: &str, weights: &[f64], limits: &[f64]) -> Vec<f64> {
-    let w: f64 = weights.iter().sum();
-    if w <= 0.0 {
-        return vec![0.0; weights.len()];
+/// Each busy terminal's fair goodput, bit/s, from its weight and its link's limit, by the
+/// gateway's own arithmetic ([`satpep_tunnel::hub::allocate`], every terminal held back by
+/// its share): shared in time, terminal k holds w_k/W of the carrier's time and delivers its
+/// own limit in it; shared in bits, each gets b·w_k where b fills the carrier's time.
+pub fn fair_shares(share: ShareBy, weights: &[f64], limits: &[f64]) -> Vec<f64> {
+    use satpep_tunnel::hub::{allocate, Demand, TerminalShare};
+    // allocate counts in whole units: the largest limit is made 2^50 of them, so rounding
+    // moves a share by less than a part in 10^15.
+    let top = limits.iter().cloned().fold(0.0, f64::max);
+    if top <= 0.0 {
+        return vec![0.0; limits.len()];
     }
-    match share {
-        "bits" => {
-            let t: f64 = weights
-                .iter()
-                .zip(limits)
-                .map(|(w, l)| w / l.max(1.0))
-                .sum();
-            weights.iter().map(|wk| wk / t).collect()
-        }
-        _ => weights
-            .iter()
-            .zip(limits)
-            .map(|(wk, l)| wk / w * l)
-            .collect(),
-    }
+    let scale = (1u64 << 50) as f64 / top;
+    let demands: Vec<Demand> = weights
+        .iter()
+        .zip(limits)
+        .map(|(&weight, &l)| Demand {
+            share: TerminalShare {
+                weight,
+                rate: ((l * scale).round() as u64).max(1),
+                ..Default::default()
+            },
+            sending: 0,
+            held: true,
+        })
+        .collect();
+    allocate(1 << 50, share, &demands)
+        .into_iter()
+        .map(|b| b as f64 / scale)
+        .collect()
 }
 
 impl Kind for Hub {
@@ -610,7 +615,7 @@ impl Kind for Hub {
         // Fair shares with every busy terminal downloading, and how close each came.
         let weights: Vec<f64> = terminals[..busy].iter().map(|t| t.weight).collect();
         let limits: Vec<f64> = terminals[..busy].iter().map(|t| t.limit_bps).collect();
-        for (t, f) in terminals.iter_mut().zip(fair_shares(&share, &weights, &limits)) {
+        for (t, f) in terminals.iter_mut().zip(fair_shares(share, &weights, &limits)) {
             t.fair_bps = f;
         }
         let limit: f64 = terminals[..busy].iter().map(|t| t.fair_bps).sum();
@@ -636,7 +641,7 @@ impl Kind for Hub {
                 .collect();
             let w: Vec<f64> = others.iter().map(|&i| terminals[i].weight).collect();
             let l: Vec<f64> = others.iter().map(|&i| terminals[i].limit_bps).collect();
-            let want: f64 = fair_shares(&share, &w, &l).iter().sum::<f64>() * 0.9;
+            let want: f64 = fair_shares(share, &w, &l).iter().sum::<f64>() * 0.9;
             let mut at = stop;
             while at + INTERVAL_S <= to {
                 let got: f64 = others
@@ -671,7 +676,11 @@ impl Kind for Hub {
             terminals,
             busy: busy as u16,
             flows: busy as u32 * self.flows,
-            share,
+            share: match share {
+                ShareBy::Time => "time",
+                ShareBy::Bits => "bits",
+            }
+            .into(),
             taken_s,
             gateway: match (rss_idle, cpu) {
                 (Some(idle), Some(cpu_s)) => Some(GatewayCost {
@@ -701,19 +710,13 @@ mod tests {
                 assert!((x - y).abs() < 1e-9, "{a:?} against {b:?}");
             }
         };
-        let t = fair_shares("time", &[1.0, 1.0, 1.0], &[20.0, 20.0, 5.0]);
+        let t = fair_shares(ShareBy::Time, &[1.0, 1.0, 1.0], &[20.0, 20.0, 5.0]);
         near(&t, &[20.0 / 3.0, 20.0 / 3.0, 5.0 / 3.0]);
-        let b = fair_shares("bits", &[1.0, 1.0, 1.0], &[20.0, 20.0, 5.0]);
+        let b = fair_shares(ShareBy::Bits, &[1.0, 1.0, 1.0], &[20.0, 20.0, 5.0]);
         near(&b, &[10.0 / 3.0; 3]);
         // Weights 1:2 on one rate, either way.
-        near(&fair_shares("time", &[1.0, 2.0], &[30.0, 30.0]), &[10.0, 20.0]);
-        near(&fair_shares("bits", &[1.0, 2.0], &[30.0, 30.0]), &[10.0, 20.0]);
+        near(&fair_shares(ShareBy::Time, &[1.0, 2.0], &[30.0, 30.0]), &[10.0, 20.0]);
+        near(&fair_shares(ShareBy::Bits, &[1.0, 2.0], &[30.0, 30.0]), &[10.0, 20.0]);
     }
 
-    #[test]
-    fn intervals_within_a_span() {
-        let iv = [(0.5, 10), (1.0, 20), (1.5, 30), (2.0, 40)];
-        assert_eq!(bytes_within(&iv, 0.5, 1.5), (50, 1.0));
-        assert_eq!(bytes_within(&iv, 0.0, 2.0), (100, 2.0));
-    }
 }
