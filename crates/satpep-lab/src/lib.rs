@@ -9,6 +9,7 @@ pub mod topology;
 pub use topology::{Host, Lab, UpOptions};
 pub mod checked;
 pub mod esp;
+pub mod flows;
 pub mod http;
 pub mod progress;
 pub mod scenario;

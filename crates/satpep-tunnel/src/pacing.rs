@@ -53,11 +53,11 @@ thread_local! {
     static HELD_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// Nothing was in flight at the last ACK frame (0, the default: the controller does not
+/// The window had room at the last ACK frame (0, the default: the controller does not
 /// say).
-const FLIGHT_EMPTY: u8 = 1;
-/// Data was in flight at the last ACK frame.
-const FLIGHT_DATA: u8 = 2;
+const WINDOW_ROOM: u8 = 1;
+/// The window was full at the last ACK frame: what waits to be sent waits for it.
+const WINDOW_FULL: u8 = 2;
 
 /// The rate one connection's datagrams leave at, set by its controller: bytes per second of
 /// UDP payload, 0 for none (quinn's own pacing only).
@@ -70,10 +70,11 @@ pub struct Pace {
     /// reloaded) when the share was last set: a share that grew with this count grew because
     /// carrier was freed, not because others sent less for a moment.
     epoch: AtomicU64,
-    /// Whether the connection had data in flight at its last ACK frame, as its controller
-    /// says (0 where it does not): a terminal sending nothing with data in
-    /// flight is held by its window (a drain over a long queue), not quiet.
-    flight: AtomicU8,
+    /// Whether the connection's window was full at its last ACK frame, as its controller
+    /// says (0 where it does not): a terminal sending nothing with its window full is held
+    /// by it (a drain over a long queue), not quiet; one sending nothing with room in its
+    /// window has nothing to send.
+    window: AtomicU8,
     /// Transmits held so far: read on every acknowledgement, without the lock.
     holds: AtomicU64,
     /// The last transmit held: how long, its length.
@@ -101,16 +102,16 @@ impl Pace {
         self.share.load(Relaxed)
     }
 
-    /// Whether data was in flight at the connection's last ACK frame: its controller tells
+    /// Whether the connection's window was full at its last ACK frame: its controller tells
     /// (a hub reads it to tell a quiet terminal from one its window holds).
-    pub fn set_in_flight(&self, any: bool) {
-        self.flight
-            .store(if any { FLIGHT_DATA } else { FLIGHT_EMPTY }, Relaxed);
+    pub fn set_window_full(&self, full: bool) {
+        self.window
+            .store(if full { WINDOW_FULL } else { WINDOW_ROOM }, Relaxed);
     }
 
-    /// Whether the controller said data was in flight at the last ACK frame.
-    pub(crate) fn holds_data(&self) -> bool {
-        self.flight.load(Relaxed) == FLIGHT_DATA
+    /// Whether the controller said the window was full at the last ACK frame.
+    pub(crate) fn window_full(&self) -> bool {
+        self.window.load(Relaxed) == WINDOW_FULL
     }
 
     /// How many times the hub had freed carrier when the share was last set (see the
@@ -280,7 +281,7 @@ impl Peers {
             p.sending += (now_rate - p.sending) * gain;
             let quiet = p.last_data.is_none_or(|t| {
                 let silent = now.saturating_duration_since(t);
-                silent > QUIET && (!pace.holds_data() || silent > QUIET_HOLDING)
+                silent > QUIET && (!pace.window_full() || silent > QUIET_HOLDING)
             });
             if quiet {
                 if p.cap > 0 {

@@ -187,6 +187,14 @@ Example:
         #[arg(long)]
         key: String,
     },
+    /// The hub's bulk sender (internal): sends to every connection on PORT whose client
+    /// sent its start byte, until the client goes; ends when stdin closes.
+    #[command(hide = true)]
+    FlowsServer {
+        /// TCP port to listen on (all addresses).
+        #[arg(long)]
+        port: u16,
+    },
     /// The load benchmark's server half (internal): accepts up to COUNT connections on PORT
     /// and runs the commands read from stdin (accepted, echo, busy, close).
     #[command(hide = true)]
@@ -341,6 +349,7 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
             spi_out: spi,
             keymat: satpep_lab::esp::parse_keymat(&key)?,
         }),
+        LabSub::FlowsServer { port } => satpep_lab::flows::serve(port),
         LabSub::LoadServer { port, count } => {
             satpep_lab::scenario::kinds::connections::load_server(port, count)
         }

@@ -45,6 +45,26 @@ pub struct Hub {
     /// When the `stop` terminals' downloads end, e.g. "12s".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_after: Option<Span>,
+    /// What makes the downloads: `iperf3` (one test per terminal, the default) or
+    /// `sockets` (the lab's own sender and one receiving thread for every connection of
+    /// every terminal, [`crate::flows`]: thousands of connections on two cores).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub generator: Generator,
+}
+
+/// What makes a hub run's downloads (see [`Hub::generator`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Generator {
+    /// One iperf3 test (`-P flows`) per terminal.
+    #[default]
+    Iperf3,
+    /// The lab's own sender and receiver ([`crate::flows`]).
+    Sockets,
+}
+
+fn is_default(g: &Generator) -> bool {
+    *g == Generator::default()
 }
 
 impl Default for Hub {
@@ -54,6 +74,7 @@ impl Default for Hub {
             flows: 1,
             stop: Vec::new(),
             stop_after: None,
+            generator: Generator::default(),
         }
     }
 }
@@ -116,6 +137,15 @@ pub struct HubRecord {
     /// After the `stop` terminals went quiet: how long until the others together delivered
     /// 90 % of what the carrier holds for them, s (None: no stop, or they never did).
     pub taken_s: Option<f64>,
+    /// When the `stop` terminals' last bytes arrived, s (the end of the last report interval
+    /// that brought them any): later than their stop through a PEP, which delivers what it
+    /// had taken from the server.
+    #[serde(default)]
+    pub last_byte_s: Option<f64>,
+    /// As `taken_s`, counted from `last_byte_s`: how long the carrier their flows left stayed
+    /// unused, s.
+    #[serde(default)]
+    pub taken_after_last_byte_s: Option<f64>,
     /// The gateway's proxy, if one ran.
     pub gateway: Option<GatewayCost>,
 }
@@ -144,13 +174,15 @@ fn signal(pid: u32, sig: i32) {
 
 impl Downloads {
     /// Starts the servers, waits until they listen, then starts every client's download
-    /// of `flows` connections for `run_s(terminal)` seconds and its probe for `dur`.
+    /// of `flows` connections for `run_s(terminal)` seconds (with `iperf3`; else the caller
+    /// makes the downloads) and its probe for `dur`.
     fn start(
         lab: &Lab,
         busy: &[Site],
         flows: u32,
         run_s: &dyn Fn(u16) -> f64,
         dur: f64,
+        iperf3: bool,
     ) -> Result<Downloads, String> {
         let mut d = Downloads {
             servers: Vec::new(),
@@ -159,7 +191,7 @@ impl Downloads {
             started: Instant::now(),
             epoch0: 0.0,
         };
-        for st in busy {
+        for st in busy.iter().filter(|_| iperf3) {
             let port = (HUB_PORT + st.index).to_string();
             let c = lab
                 .command(Host::Server, "iperf3")
@@ -179,9 +211,10 @@ impl Downloads {
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                 .unwrap_or_default();
-            let up = busy
-                .iter()
-                .all(|st| out.contains(&format!(":{} ", HUB_PORT + st.index)));
+            let up = !iperf3
+                || busy
+                    .iter()
+                    .all(|st| out.contains(&format!(":{} ", HUB_PORT + st.index)));
             if up || t.elapsed() > Duration::from_secs(10) {
                 break;
             }
@@ -192,21 +225,23 @@ impl Downloads {
         d.epoch0 = crate::scenario::beside::epoch_now();
         for st in busy {
             let ns = lab.node_ns(&st.client);
-            let secs = run_s(st.index).round().max(1.0) as u32;
-            let port = (HUB_PORT + st.index).to_string();
-            let client = crate::sys::in_ns(&ns, "iperf3")
-                .args(["-c", SERVER_V4, "-p", &port, "-R", "-J"])
-                .args(["-t", &secs.to_string(), "-P", &flows.to_string()])
-                .args(["-i", &INTERVAL_S.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn();
-            d.clients.push(
-                client
-                    .map(read)
-                    .map_err(|e| format!("cannot start iperf3: {e}")),
-            );
+            if iperf3 {
+                let secs = run_s(st.index).round().max(1.0) as u32;
+                let port = (HUB_PORT + st.index).to_string();
+                let client = crate::sys::in_ns(&ns, "iperf3")
+                    .args(["-c", SERVER_V4, "-p", &port, "-R", "-J"])
+                    .args(["-t", &secs.to_string(), "-P", &flows.to_string()])
+                    .args(["-i", &INTERVAL_S.to_string()])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn();
+                d.clients.push(
+                    client
+                        .map(read)
+                        .map_err(|e| format!("cannot start iperf3: {e}")),
+                );
+            }
             let count = (dur / PROBE_S).floor().max(1.0) as u32;
             let ping = crate::sys::in_ns(&ns, "ping")
                 .args(["-n", "-D", "-W", "10", "-i", &PROBE_S.to_string()])
@@ -458,20 +493,37 @@ impl Kind for Hub {
         let gw0 = tunnel
             .then(|| crate::scenario::tunnel_state::gateway_per_terminal(lab))
             .flatten();
-        let downloads = Downloads::start(lab, &sites[..busy], self.flows, &run_s, dur)?;
+        let sockets = self.generator == Generator::Sockets;
+        let _server = match sockets {
+            true => Some(crate::flows::FlowServer::start(lab)?),
+            false => None,
+        };
+        let connected = match sockets {
+            true => Some(crate::flows::connect(lab, &sites[..busy], self.flows)?),
+            false => None,
+        };
+        let downloads =
+            Downloads::start(lab, &sites[..busy], self.flows, &run_s, dur, !sockets)?;
         // A loaded machine starts thousands of connections slowly (iperf3 opens a test's
         // connections one by one and starts its clock after the last): 20 s, and 10 ms a
         // connection more.
         let grace = 20.0 + 0.01 * (busy as f64 * self.flows as f64);
         let mut rss_busy = rss_idle.unwrap_or(0);
         let epoch0 = downloads.epoch0;
-        let (outputs, pings) = downloads.finish(dur + grace, &mut |t| {
+        let mut each_second = |t: f64| {
             tick(t);
             // The gateway's memory, once a second.
             if let Some(kb) = gateway.and_then(crate::sys::rss_kb) {
                 rss_busy = rss_busy.max(kb);
             }
-        })?;
+        };
+        let stops: Vec<f64> = sites[..busy].iter().map(|st| run_s(st.index)).collect();
+        let received = match connected {
+            Some(c) => Some(c.run(&stops, INTERVAL_S, &mut each_second)?),
+            None => None,
+        };
+        let (outputs, pings) = downloads.finish(dur + grace, &mut each_second)?;
+        let mut received = received.map(|r| r.into_iter());
         let gw1 = tunnel
             .then(|| crate::scenario::tunnel_state::gateway_per_terminal(lab))
             .flatten();
@@ -543,11 +595,28 @@ impl Kind for Hub {
                 }
             }
             let mut iv = Vec::new();
-            if i < busy {
+            let mut said = |e: String| errors.entry(e).or_default().push(st.client.clone());
+            if let Some(r) = received.as_mut().and_then(|r| (i < busy).then(|| r.next())) {
+                let r = r.unwrap_or_default();
+                if r.failed > 0 {
+                    rec.failures += 1;
+                    said(format!(
+                        "{} of {} connections failed, the first: {}",
+                        r.failed,
+                        self.flows,
+                        r.error.unwrap_or_default()
+                    ));
+                }
+                t.bytes = r.bytes;
+                let (b, s) = bytes_within(&r.intervals, warm, end);
+                if s > 0.0 {
+                    t.goodput_bps = b as f64 * 8.0 / s;
+                }
+                iv = r.intervals;
+            } else if i < busy {
                 let (got, late) = outputs
                     .next()
                     .unwrap_or_else(|| (Err("no iperf3".into()), false));
-                let mut said = |e: String| errors.entry(e).or_default().push(st.client.clone());
                 if late {
                     said(format!(
                         "iperf3 still ran {grace:.0} s after the run's end: interrupted, \
@@ -635,10 +704,10 @@ impl Kind for Hub {
         let aggregate = if span > 0.0 { bits / span } else { 0.0 };
         // After the stop: the first interval from which the others deliver 90 % of their
         // fair shares with the stopped ones gone.
-        let taken_s = stop_s.and_then(|stop| {
-            let others: Vec<usize> = (0..busy)
-                .filter(|&i| terminals[i].stopped_s.is_none())
-                .collect();
+        let others: Vec<usize> = (0..busy)
+            .filter(|&i| terminals[i].stopped_s.is_none())
+            .collect();
+        let taken_from = |stop: f64| {
             let w: Vec<f64> = others.iter().map(|&i| terminals[i].weight).collect();
             let l: Vec<f64> = others.iter().map(|&i| terminals[i].limit_bps).collect();
             let want: f64 = fair_shares(share, &w, &l).iter().sum::<f64>() * 0.9;
@@ -655,7 +724,16 @@ impl Kind for Hub {
                 at += INTERVAL_S;
             }
             None
-        });
+        };
+        let taken_s = stop_s.and_then(taken_from);
+        // A PEP still delivers what it had taken from the server when the sender stops: the
+        // share is free once the stopped terminals' last bytes arrived (the end of the last
+        // interval that brought them any).
+        let last_byte_s = (0..busy)
+            .filter(|&i| terminals[i].stopped_s.is_some())
+            .filter_map(|i| series[i].iter().rev().find(|&&(_, b)| b > 0).map(|&(e, _)| e))
+            .reduce(f64::max);
+        let taken_after_last_byte_s = stop_s.and(last_byte_s).and_then(taken_from);
         rec.samples = vec![aggregate];
         rec.limit_bps = Some(limit);
         rec.utilization = (limit > 0.0).then(|| aggregate / limit);
@@ -682,6 +760,8 @@ impl Kind for Hub {
             }
             .into(),
             taken_s,
+            last_byte_s,
+            taken_after_last_byte_s,
             gateway: match (rss_idle, cpu) {
                 (Some(idle), Some(cpu_s)) => Some(GatewayCost {
                     rss_idle_kb: idle,
