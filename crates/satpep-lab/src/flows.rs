@@ -273,6 +273,7 @@ impl Connected {
         });
         let mut out: Vec<Received> = (0..n).map(|_| Received::default()).collect();
         let mut prev = vec![0u64; n];
+        let mut i = 1;
         let mut next = interval_s;
         let mut said = 0.0;
         // Until every terminal's stop (its readers stop reading then).
@@ -295,7 +296,9 @@ impl Connected {
                 said = next;
                 tick(next);
             }
-            next += interval_s;
+            i += 1;
+            // Counted, not summed: the grid stays on round tenths.
+            next = i as f64 * interval_s;
         }
         for (k, e) in reader
             .join()

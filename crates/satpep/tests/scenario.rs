@@ -820,8 +820,8 @@ fn a_hub_cell_shares_a_stars_carrier_by_weight_and_reports_each_terminal() {
     let taken = h["taken_s"].as_f64().expect("the share was taken");
     // From the stop, when terminal3's client closed its connections: quiet 200 ms later
     // (its window has room), the others' controllers follow the freed share within a round
-    // trip of 40 ms, read in 0.5 s intervals.
-    assert!(taken <= 1.5, "{taken} s");
+    // trip of 40 ms, read on a 0.1 s grid (0.2-0.3 s seen).
+    assert!(taken <= 1.0, "{taken} s");
     // The gateway's own view: one tunnel per terminal, terminal2 sent about twice as much.
     let sent = |i: usize| h["terminals"][i]["gateway_sent_bytes"].as_u64().unwrap() as f64;
     for i in 0..3 {

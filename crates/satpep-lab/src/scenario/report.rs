@@ -1277,7 +1277,7 @@ fn hub_tables(part: &Part, res: &[&CellResult], tables: &mut Vec<(String, Table)
             .any(|h| h.taken_s.is_some() || h.terminals.iter().any(|t| t.stopped_s.is_some()))
     }) {
         tables.push((
-            "hub: after terminals stopped, seconds until the others delivered 90 % of what the carrier holds for them, counted from the stopped downloads' end / from their last byte's arrival (0.5 s steps; per run)".into(),
+            "hub: after terminals stopped, seconds until the others delivered 90 % of what the carrier holds for them over the next half second, counted from the stopped downloads' end / from their last byte's arrival (steps of 0.5 s with iperf3, 0.1 s with the lab's generator; per run)".into(),
             grid(part, res, &|r| {
                 let s = |t: Option<f64>| t.map_or("never".into(), |s| format!("{s:.1}"));
                 r.hub

@@ -24,8 +24,12 @@ use std::time::{Duration, Instant};
 pub const HUB_PORT: u16 = 6000;
 /// Probe interval, s.
 const PROBE_S: f64 = 0.2;
-/// iperf3's report interval, s: fine enough to see a quiet terminal's share taken.
+/// iperf3's report interval, s, and the span over which a quiet terminal's share is judged
+/// taken.
 const INTERVAL_S: f64 = 0.5;
+/// The lab's own generator's report interval, s: it sees when the share was taken to a
+/// tenth of a second.
+const FINE_S: f64 = 0.1;
 
 /// Downloads across a star.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,8 +138,10 @@ pub struct HubRecord {
     pub flows: u32,
     /// "time" or "bits": what the fair shares are of.
     pub share: String,
-    /// After the `stop` terminals went quiet: how long until the others together delivered
-    /// 90 % of what the carrier holds for them, s (None: no stop, or they never did).
+    /// After the `stop` terminals stopped: from how long after the others together delivered
+    /// 90 % of what the carrier holds for them over half a second, s, on the report's grid
+    /// (0.5 s with iperf3, 0.1 s with the lab's own generator; None: no stop, or they never
+    /// did).
     pub taken_s: Option<f64>,
     /// When the `stop` terminals' last bytes arrived, s (the end of the last report interval
     /// that brought them any): later than their stop through a PEP, which delivers what it
@@ -255,7 +261,7 @@ impl Downloads {
         Ok(d)
     }
 
-    /// Waits up to `limit_s` after the start for the clients (calling `tick(elapsed s)` once
+    /// Waits up to `limit_s` after the start for the clients and probes (calling `tick(elapsed s)` once
     /// a second), interrupts the late ones (iperf3 then reports what it measured so far) and
     /// kills those that do not end; returns each client's output and whether it was late,
     /// and each probe's output. Only an interrupt of the scenario is an `Err`.
@@ -267,10 +273,12 @@ impl Downloads {
     ) -> Result<(Vec<(Result<std::process::Output, String>, bool)>, Vec<Option<String>>), String>
     {
         let deadline = self.started + Duration::from_secs_f64(limit_s);
+        // The probes too: killed, a ping loses what it buffered for its pipe.
         let running = |d: &Downloads| {
             d.clients
                 .iter()
                 .any(|c| c.as_ref().is_ok_and(|(_, h)| !h.is_finished()))
+                || d.pings.iter().flatten().any(|(_, h)| !h.is_finished())
         };
         let mut last = Instant::now();
         while running(&self) && Instant::now() < deadline {
@@ -290,6 +298,12 @@ impl Downloads {
             .collect();
         for (c, _) in self.clients.iter().zip(&late).filter(|(_, &l)| l) {
             if let Ok((pid, _)) = c {
+                signal(*pid, libc::SIGINT);
+            }
+        }
+        // A ping interrupted prints what it has and its summary.
+        for (pid, h) in self.pings.iter().flatten() {
+            if !h.is_finished() {
                 signal(*pid, libc::SIGINT);
             }
         }
@@ -519,7 +533,7 @@ impl Kind for Hub {
         };
         let stops: Vec<f64> = sites[..busy].iter().map(|st| run_s(st.index)).collect();
         let received = match connected {
-            Some(c) => Some(c.run(&stops, INTERVAL_S, &mut each_second)?),
+            Some(c) => Some(c.run(&stops, FINE_S, &mut each_second)?),
             None => None,
         };
         let (outputs, pings) = downloads.finish(dur + grace, &mut each_second)?;
@@ -652,23 +666,21 @@ impl Kind for Hub {
                         said(e);
                     }
                 }
-                if let Some(text) = probes.next().flatten() {
-                    {
-                        let (sent, got, samples) = parse_ping(&text);
-                        t.probes = (sent, got);
-                        let q: Vec<f64> = samples
-                            .iter()
-                            .map(|&(recv, rtt)| (recv - rtt / 1e3 - epoch0, rtt))
-                            .filter(|&(at, _)| at >= warm && at <= end)
-                            .map(|(at, rtt)| {
-                                let base = base_rtt_ms(&cfg, uptime0.unwrap_or(0.0) + at);
-                                (rtt - base).max(0.0)
-                            })
-                            .collect();
-                        if !q.is_empty() {
-                            t.queue_p95_ms = Some(percentile(&q, 95.0));
-                        }
-                    }
+            }
+            if let Some(text) = probes.next().flatten().filter(|_| i < busy) {
+                let (sent, got, samples) = parse_ping(&text);
+                t.probes = (sent, got);
+                let q: Vec<f64> = samples
+                    .iter()
+                    .map(|&(recv, rtt)| (recv - rtt / 1e3 - epoch0, rtt))
+                    .filter(|&(at, _)| at >= warm && at <= end)
+                    .map(|(at, rtt)| {
+                        let base = base_rtt_ms(&cfg, uptime0.unwrap_or(0.0) + at);
+                        (rtt - base).max(0.0)
+                    })
+                    .collect();
+                if !q.is_empty() {
+                    t.queue_p95_ms = Some(percentile(&q, 95.0));
                 }
             }
             series.push(iv);
@@ -702,8 +714,9 @@ impl Kind for Hub {
             span = span.max(s);
         }
         let aggregate = if span > 0.0 { bits / span } else { 0.0 };
-        // After the stop: the first interval from which the others deliver 90 % of their
-        // fair shares with the stopped ones gone.
+        // After the stop: the first moment (on the report's grid) from which the others
+        // deliver 90 % of their fair shares with the stopped ones gone, over half a second.
+        let step = if sockets { FINE_S } else { INTERVAL_S };
         let others: Vec<usize> = (0..busy)
             .filter(|&i| terminals[i].stopped_s.is_none())
             .collect();
@@ -719,9 +732,9 @@ impl Kind for Hub {
                     .sum::<f64>()
                     / INTERVAL_S;
                 if got >= want {
-                    return Some(at + INTERVAL_S - stop);
+                    return Some(at - stop);
                 }
-                at += INTERVAL_S;
+                at += step;
             }
             None
         };
