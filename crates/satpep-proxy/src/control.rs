@@ -132,11 +132,18 @@ fn tunnel_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry)
             ConstGauge::new(tunnels.len().min(1) as i64),
         ),
         // A gateway with no terminal connected is idle, not broken.
-        Mode::Gateway => r.register(
-            "tunnel_peers",
-            "Terminals with a live tunnel to this gateway",
-            ConstGauge::new(tunnels.len() as i64),
-        ),
+        Mode::Gateway => {
+            r.register(
+                "tunnel_peers",
+                "Terminals with a live tunnel to this gateway",
+                ConstGauge::new(tunnels.len() as i64),
+            );
+            r.register(
+                "tunnel_unshared_bytes",
+                "Bytes of data datagrams that left outside a shared carrier's shares (to a peer with no pace: none should)",
+                ConstCounter::new(satpep_tunnel::pacing::unshared_bytes_total()),
+            );
+        }
     }
     let flows = Labelled::<Gauge<f64, AtomicU64>>::default();
     for (t, (peer, name, _)) in tunnels.iter().zip(&figures) {

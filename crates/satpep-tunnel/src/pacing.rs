@@ -48,6 +48,15 @@ const SEGMENT: u64 = 1200;
 /// download. The kernel does not pace pure ACKs either.
 pub const MIN_PACED: usize = 600;
 
+/// [`PacedSocket::unshared_bytes`] of every socket of the process, for `/metrics`.
+static UNSHARED: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of data datagrams that left outside a shared carrier's shares, every paced socket
+/// of the process together.
+pub fn unshared_bytes_total() -> u64 {
+    UNSHARED.load(Relaxed)
+}
+
 thread_local! {
     /// When the datagram `try_send` just held back may leave (see the module's comment).
     static HELD_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
@@ -178,6 +187,8 @@ struct Peer {
     last_data: Option<Instant>,
     /// When its share last held a datagram back.
     capped: Option<Instant>,
+    /// Whether a datagram to it left outside the carrier's sharing (said once).
+    said_unshared: bool,
 }
 
 impl Peer {
@@ -195,6 +206,7 @@ impl Peer {
             sending: 0.0,
             last_data: None,
             capped: None,
+            said_unshared: false,
         }
     }
 
@@ -337,6 +349,9 @@ impl Peers {
 pub struct PacedSocket {
     inner: Arc<dyn AsyncUdpSocket>,
     peers: Mutex<Peers>,
+    /// Bytes of data datagrams that left outside a shared carrier's shares: to a peer with
+    /// no pace (no live connection's, or none made for its address).
+    unshared: AtomicU64,
 }
 
 impl fmt::Debug for PacedSocket {
@@ -353,6 +368,7 @@ impl PacedSocket {
         Arc::new(PacedSocket {
             inner,
             peers: Mutex::default(),
+            unshared: AtomicU64::new(0),
         })
     }
 
@@ -393,6 +409,12 @@ impl PacedSocket {
     /// `peer`'s share of the carrier now, bytes/s (0: none: no carrier, or quiet).
     pub fn share_of(&self, peer: SocketAddr) -> u64 {
         self.peers().by_addr.get(&key(peer)).map_or(0, |p| p.cap)
+    }
+
+    /// Bytes of data datagrams that left outside a shared carrier's shares so far (none
+    /// should: each is said in the log with its peer).
+    pub fn unshared_bytes(&self) -> u64 {
+        self.unshared.load(Relaxed)
     }
 
     /// Whether a carrier is shared.
@@ -446,6 +468,7 @@ impl AsyncUdpSocket for PacedSocket {
         let to = key(t.destination);
         let mut peers = self.peers();
         peers.reshare(now);
+        let hub = peers.hub.is_some();
         // Paced: the pace, and since when this datagram waited (if it did).
         let paced = match peers.by_addr.get_mut(&to) {
             Some(p) => match p.refill(now) {
@@ -467,10 +490,27 @@ impl AsyncUdpSocket for PacedSocket {
                 }
                 None => {
                     p.held_since = None;
+                    if hub && p.live().is_none() {
+                        self.unshared.fetch_add(len as u64, Relaxed);
+                        UNSHARED.fetch_add(len as u64, Relaxed);
+                        if !p.said_unshared {
+                            p.said_unshared = true;
+                            tracing::warn!(peer = %to, "hub: datagrams to a peer whose connection's pace is gone leave unshared");
+                        }
+                    }
                     None
                 }
             },
-            None => None,
+            None => {
+                if hub {
+                    UNSHARED.fetch_add(len as u64, Relaxed);
+                    // Said once (no peer to keep the mark on).
+                    if self.unshared.fetch_add(len as u64, Relaxed) == 0 {
+                        tracing::warn!(peer = %to, "hub: datagrams to a peer with no pace leave unshared");
+                    }
+                }
+                None
+            }
         };
         drop(peers);
         let r = self.inner.try_send(t);

@@ -541,6 +541,22 @@ impl Kind for Hub {
         let gw1 = tunnel
             .then(|| crate::scenario::tunnel_state::gateway_per_terminal(lab))
             .flatten();
+        // Said, so that the run keeps the proxies' logs (which name the peers).
+        let unshared = tunnel
+            .then(|| {
+                crate::scenario::tunnel_state::proxy_metric(
+                    lab,
+                    Host::Gateway,
+                    "tunnel_unshared_bytes_total",
+                )
+            })
+            .flatten()
+            .unwrap_or(0.0);
+        if unshared > 0.0 {
+            rec.errors.push(format!(
+                "the gateway sent {unshared:.0} bytes outside the carrier's shares (its log names the peers)"
+            ));
+        }
         let mut outputs = outputs.into_iter();
         let mut probes = pings.into_iter();
         // The same error of many clients is said once, with how many.
