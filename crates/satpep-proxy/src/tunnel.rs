@@ -657,6 +657,7 @@ pub async fn run_gateway(
                     paced.name(from, &id.name);
                     tokio::spawn(follow_share(conn.clone(), paced.clone(), hop, from));
                     let flows = Arc::new(AtomicU64::new(0));
+                    paced.count_flows(from, flows.clone());
                     let t = crate::registry::Tunnel { conn: conn.clone(), readings, id, flows: Some(flows.clone()) };
                     tokio::spawn(watch(t.clone(), reg.clone()));
                     // Its handshake was checked against the admission of its accept: a

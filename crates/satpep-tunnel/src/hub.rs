@@ -16,8 +16,8 @@
 //!   split the carrier's bits by weight.
 //! - **Committed and maximum rates** (CIR, MIR) bound a busy terminal's share from below
 //!   and above; committed rates that together exceed the carrier are scaled down alike.
-//! - **Work-conserving.** A terminal that sent nothing for [`QUIET`] (with its window
-//!   full, [`QUIET_HOLDING`]) has no share; one that sends less than its share without
+//! - **Work-conserving.** A terminal that sent nothing for [`QUIET`] (with data in flight
+//!   and flows open, [`QUIET_HOLDING`]) has no share; one that sends less than its share without
 //!   being held back by it is given what it sends and a quarter more (room to grow), and
 //!   the rest goes to the others.
 //!
@@ -27,14 +27,14 @@ use std::time::Duration;
 
 /// A terminal quiet this long gives its share to the others …
 pub const QUIET: Duration = Duration::from_millis(200);
-/// … or this long if its controller says its window was full: a window that waits for
-/// acknowledgements over a long queue (a drain at 1.2 s RTT sent nothing for more than
-/// 200 ms) is no quiet terminal, and taking its share lifted the others into a full carrier
-/// every few seconds (the `hub` preset's fade: queueing delay p95 350 ms against 90 without
-/// sharing). A terminal whose flows ended has room in its window while the last of its data
-/// is acknowledged, and is quiet after [`QUIET`] (it waited for that data's
-/// acknowledgement, a round trip, when this was read as "data in flight"). An outage still
-/// frees its share after this long.
+/// … or this long if its controller says it still had data in flight and its flows are
+/// open: a connection that waits for acknowledgements over a long queue (a drain at 1.2 s
+/// RTT sent nothing for more than 200 ms), or for its peer's flow-control credit, is no
+/// quiet terminal, and taking its share lifted the others into a full carrier every few
+/// seconds (the `hub` preset's fade: queueing delay p95 350 ms against 90 without sharing;
+/// again 338 ms when "its window had room" stood for "nothing to send", which a
+/// flow-control stall also shows). A terminal whose flows all ended is quiet after
+/// [`QUIET`] with data in flight. An outage still frees its share after this long.
 pub const QUIET_HOLDING: Duration = Duration::from_secs(2);
 /// How often the shares are recomputed.
 pub const EVERY: Duration = Duration::from_millis(10);

@@ -62,11 +62,11 @@ thread_local! {
     static HELD_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// The window had room at the last ACK frame (0, the default: the controller does not
+/// Nothing was in flight at the last ACK frame (0, the default: the controller does not
 /// say).
-const WINDOW_ROOM: u8 = 1;
-/// The window was full at the last ACK frame: what waits to be sent waits for it.
-const WINDOW_FULL: u8 = 2;
+const FLIGHT_EMPTY: u8 = 1;
+/// Data was in flight at the last ACK frame.
+const FLIGHT_DATA: u8 = 2;
 
 /// The rate one connection's datagrams leave at, set by its controller: bytes per second of
 /// UDP payload, 0 for none (quinn's own pacing only).
@@ -79,11 +79,11 @@ pub struct Pace {
     /// reloaded) when the share was last set: a share that grew with this count grew because
     /// carrier was freed, not because others sent less for a moment.
     epoch: AtomicU64,
-    /// Whether the connection's window was full at its last ACK frame, as its controller
-    /// says (0 where it does not): a terminal sending nothing with its window full is held
-    /// by it (a drain over a long queue), not quiet; one sending nothing with room in its
-    /// window has nothing to send.
-    window: AtomicU8,
+    /// Whether the connection had data in flight at its last ACK frame, as its controller
+    /// says (0 where it does not): a terminal sending nothing with data in flight waits for
+    /// its acknowledgements (a drain over a long queue) or for the peer's flow-control
+    /// credit, which come with them; it is not quiet.
+    flight: AtomicU8,
     /// Transmits held so far: read on every acknowledgement, without the lock.
     holds: AtomicU64,
     /// The last transmit held: how long, its length.
@@ -111,16 +111,16 @@ impl Pace {
         self.share.load(Relaxed)
     }
 
-    /// Whether the connection's window was full at its last ACK frame: its controller tells
-    /// (a hub reads it to tell a quiet terminal from one its window holds).
-    pub fn set_window_full(&self, full: bool) {
-        self.window
-            .store(if full { WINDOW_FULL } else { WINDOW_ROOM }, Relaxed);
+    /// Whether data was in flight at the connection's last ACK frame: its controller tells
+    /// (a hub reads it to tell a quiet terminal from one that waits for its peer).
+    pub fn set_in_flight(&self, any: bool) {
+        self.flight
+            .store(if any { FLIGHT_DATA } else { FLIGHT_EMPTY }, Relaxed);
     }
 
-    /// Whether the controller said the window was full at the last ACK frame.
-    pub(crate) fn window_full(&self) -> bool {
-        self.window.load(Relaxed) == WINDOW_FULL
+    /// Whether the controller said data was in flight at the last ACK frame.
+    pub(crate) fn holds_data(&self) -> bool {
+        self.flight.load(Relaxed) == FLIGHT_DATA
     }
 
     /// How many times the hub had freed carrier when the share was last set (see the
@@ -189,6 +189,8 @@ struct Peer {
     capped: Option<Instant>,
     /// Whether a datagram to it left outside the carrier's sharing (said once).
     said_unshared: bool,
+    /// The flows its connection carries now, if its owner counts them.
+    flows: Option<Arc<AtomicU64>>,
 }
 
 impl Peer {
@@ -207,6 +209,7 @@ impl Peer {
             last_data: None,
             capped: None,
             said_unshared: false,
+            flows: None,
         }
     }
 
@@ -291,9 +294,11 @@ impl Peers {
             let now_rate = p.sent as f64 / dt.as_secs_f64();
             p.sent = 0;
             p.sending += (now_rate - p.sending) * gain;
+            // A terminal whose flows all ended has nothing to send but repairs.
+            let done = p.flows.as_ref().is_some_and(|f| f.load(Relaxed) == 0);
             let quiet = p.last_data.is_none_or(|t| {
                 let silent = now.saturating_duration_since(t);
-                silent > QUIET && (!pace.window_full() || silent > QUIET_HOLDING)
+                silent > QUIET && (done || !pace.holds_data() || silent > QUIET_HOLDING)
             });
             if quiet {
                 if p.cap > 0 {
@@ -403,6 +408,14 @@ impl PacedSocket {
             if let Some(share) = share {
                 p.share = share;
             }
+        }
+    }
+
+    /// `peer`'s connection carries `flows` flows (its owner keeps the count): with none, it
+    /// is quiet [`crate::hub::QUIET`] after its last datagram, whatever it has in flight.
+    pub fn count_flows(&self, peer: SocketAddr, flows: Arc<AtomicU64>) {
+        if let Some(p) = self.peers().by_addr.get_mut(&key(peer)) {
+            p.flows = Some(flows);
         }
     }
 

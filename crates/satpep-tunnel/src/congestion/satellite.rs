@@ -536,8 +536,7 @@ impl Host {
     pub fn on_end_acks(&mut self, now: Instant, in_flight: u64) {
         self.in_flight = in_flight;
         if let Some(p) = &self.pace {
-            // quinn sends while a datagram fits: less than two from the window is full.
-            p.set_window_full(in_flight + 2 * self.mtu > self.window());
+            p.set_in_flight(in_flight > 0);
         }
         self.guard
             .roll(now, self.srtt.max(Duration::from_millis(10)));
