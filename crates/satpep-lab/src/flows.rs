@@ -12,7 +12,7 @@
 //! which separately started iperf3 clients did not.
 
 use crate::topology::{Host, Lab, Site, SERVER_V4};
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -28,20 +28,15 @@ const CHUNK: usize = 64 * 1024;
 /// sends to every connection whose client sent its start byte, until that client goes.
 /// Prints `ready` once listening; ends when its stdin closes.
 pub fn serve(port: u16) -> Result<(), String> {
-    raise_fd_limit(40_000);
+    crate::sys::raise_fd_limit(40_000);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("tokio: {e}"))?;
     rt.block_on(async move {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .map_err(|e| e.to_string())?;
-        let _ = s.set_reuse_address(true);
+        let s = crate::sys::listen_any(port)?;
         s.set_nonblocking(true).map_err(|e| e.to_string())?;
-        s.bind(&SocketAddr::from(([0, 0, 0, 0], port)).into())
-            .and_then(|_| s.listen(65535))
-            .map_err(|e| format!("cannot listen on port {port}: {e}"))?;
-        let listener = tokio::net::TcpListener::from_std(s.into())
+        let listener = tokio::net::TcpListener::from_std(s)
             .map_err(|e| format!("cannot listen on port {port}: {e}"))?;
         println!("ready");
         // stdin's end (the lab gone or done) ends the server.
@@ -75,16 +70,6 @@ async fn send_until_gone(mut c: tokio::net::TcpStream, chunk: Arc<[u8]>) {
     while c.write_all(&chunk).await.is_ok() {}
 }
 
-/// Raises this process's descriptor limit to `want` (the hard limit too, as root).
-pub fn raise_fd_limit(want: u64) {
-    let r = libc::rlimit {
-        rlim_cur: want,
-        rlim_max: want,
-    };
-    // SAFETY: setrlimit reads one rlimit; failure leaves the limit as it was.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
-}
-
 /// The flows-server process; killed when dropped.
 pub struct FlowServer {
     child: Child,
@@ -94,24 +79,10 @@ impl FlowServer {
     /// Starts the server in `lab`'s server host and waits until it listens.
     pub fn start(lab: &Lab) -> Result<FlowServer, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut child = lab
-            .command(Host::Server, exe)
-            .args(["lab", "flows-server", "--port", &FLOWS_PORT.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start the flows server: {e}"))?;
-        let mut line = String::new();
-        let out = child.stdout.take().expect("piped");
-        std::io::BufReader::new(out)
-            .read_line(&mut line)
-            .map_err(|e| format!("the flows server: {e}"))?;
-        if line.trim() != "ready" {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("the flows server did not start: {line:?}"));
-        }
+        let mut cmd = lab.command(Host::Server, exe);
+        cmd.args(["lab", "flows-server", "--port", &FLOWS_PORT.to_string()])
+            .stdin(Stdio::piped());
+        let child = crate::sys::spawn_ready(cmd, "flows server")?;
         Ok(FlowServer { child })
     }
 }
@@ -149,7 +120,7 @@ pub struct Connected {
 /// 60 s and a millisecond a connection); `Err` if none connected.
 pub fn connect(lab: &Lab, sites: &[Site], flows: u32) -> Result<Connected, String> {
     let want = sites.len() as u64 * flows as u64;
-    raise_fd_limit(want + 20_000);
+    crate::sys::raise_fd_limit(want + 20_000);
     // Each terminal's sockets, made in its client's namespace.
     let mut socks = Vec::new();
     for st in sites {

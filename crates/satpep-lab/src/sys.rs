@@ -154,3 +154,49 @@ pub fn cpu_user_system(pid: u32) -> (f64, f64) {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     (get(11) / hz, get(12) / hz)
 }
+
+/// Raises this process's descriptor limit to `want` (the hard limit too, as root; failure
+/// leaves the limit as it was): the lab's many-connection ends each need their own.
+pub fn raise_fd_limit(want: u64) {
+    let r = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: want,
+    };
+    // SAFETY: setrlimit reads one rlimit.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+}
+
+/// A TCP listener on `port` of every address, with room for a burst of connections (a
+/// backlog of 65 535): the lab's helper servers'.
+pub fn listen_any(port: u16) -> Result<std::net::TcpListener, String> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .map_err(|e| e.to_string())?;
+    let _ = s.set_reuse_address(true);
+    s.bind(&std::net::SocketAddr::from(([0, 0, 0, 0], port)).into())
+        .and_then(|_| s.listen(65535))
+        .map_err(|e| format!("cannot listen on port {port}: {e}"))?;
+    Ok(s.into())
+}
+
+/// Starts `cmd` (one of this program's hidden helper servers) with its output piped and
+/// waits for the `ready` line it prints once listening; the `what` names it in errors. A
+/// helper that says anything else is killed.
+pub fn spawn_ready(mut cmd: Command, what: &str) -> Result<std::process::Child, String> {
+    use std::io::BufRead;
+    let mut c = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start the {what}: {e}"))?;
+    let mut line = String::new();
+    let out = c.stdout.take().expect("piped");
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .map_err(|e| format!("the {what}: {e}"))?;
+    if line.trim() != "ready" {
+        let _ = c.kill();
+        let _ = c.wait();
+        return Err(format!("the {what} did not start: {line:?}"));
+    }
+    Ok(c)
+}

@@ -145,13 +145,7 @@ fn fds(pid: u32) -> u64 {
 
 /// Raises this process's descriptor limit to hold `n` connections' two ends.
 fn raise_own_fd_limit(n: usize) {
-    let want = (n as u64) * 2 + 4096;
-    let r = libc::rlimit {
-        rlim_cur: want,
-        rlim_max: want,
-    };
-    // SAFETY: setrlimit reads one rlimit; failure leaves the limit as it was.
-    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+    crate::sys::raise_fd_limit((n as u64) * 2 + 4096);
 }
 
 struct Sample {
@@ -310,13 +304,7 @@ impl Drop for LoadServer {
 /// each connection and send it back), `busy` (send 16 KB of pattern 3 down each), `close`.
 pub fn load_server(port: u16, count: usize) -> Result<(), String> {
     raise_own_fd_limit(count);
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .map_err(|e| e.to_string())?;
-    let _ = s.set_reuse_address(true);
-    s.bind(&SocketAddr::from(([0, 0, 0, 0], port)).into())
-        .and_then(|_| s.listen(65535))
-        .map_err(|e| format!("cannot listen on port {port}: {e}"))?;
-    let listener = std::net::TcpListener::from(s);
+    let listener = crate::sys::listen_any(port)?;
     let acceptor =
         std::thread::spawn(move || accept_all(listener, count, Duration::from_secs(120)));
     let mut acceptor = Some(acceptor);

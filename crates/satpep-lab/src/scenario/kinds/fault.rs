@@ -12,7 +12,6 @@ use crate::scenario::traffic::RunRecord;
 use crate::topology::{Host, Lab, SERVER_V4};
 use satpep_link::config::LinkSpec;
 use serde::{Deserialize, Serialize};
-use std::io::BufRead;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -410,31 +409,16 @@ fn has_table(lab: &Lab, host: Host) -> bool {
 /// A crash server: this program in the server namespace, sending forever, never reading.
 fn spawn_crash_server(lab: &Lab, port: u16) -> Result<std::process::Child, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut c = lab
-        .command(Host::Server, exe)
-        .args([
-            "lab",
-            "fault-server",
-            "--port",
-            &port.to_string(),
-            "--seed",
-            "2",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start the crash server: {e}"))?;
-    let mut line = String::new();
-    let out = c.stdout.take().expect("piped");
-    std::io::BufReader::new(out)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    if line.trim() != "ready" {
-        let _ = c.kill();
-        let _ = c.wait();
-        return Err(format!("the crash server did not start: {line:?}"));
-    }
-    Ok(c)
+    let mut cmd = lab.command(Host::Server, exe);
+    cmd.args([
+        "lab",
+        "fault-server",
+        "--port",
+        &port.to_string(),
+        "--seed",
+        "2",
+    ]);
+    crate::sys::spawn_ready(cmd, "crash server")
 }
 
 /// The hidden `satpep lab fault-server`: listens on `port`, accepts one connection, sends the
