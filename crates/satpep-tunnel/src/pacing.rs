@@ -29,7 +29,7 @@ use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{
-    AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+    AtomicBool, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
@@ -48,7 +48,8 @@ const SEGMENT: u64 = 1200;
 /// download. The kernel does not pace pure ACKs either.
 pub const MIN_PACED: usize = 600;
 
-/// [`PacedSocket::unshared_bytes`] of every socket of the process, for `/metrics`.
+/// Bytes of data datagrams that left outside a shared carrier's shares (to a peer with no
+/// live pace, or none made for its address), every paced socket of the process together.
 static UNSHARED: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes of data datagrams that left outside a shared carrier's shares, every paced socket
@@ -354,9 +355,9 @@ impl Peers {
 pub struct PacedSocket {
     inner: Arc<dyn AsyncUdpSocket>,
     peers: Mutex<Peers>,
-    /// Bytes of data datagrams that left outside a shared carrier's shares: to a peer with
-    /// no pace (no live connection's, or none made for its address).
-    unshared: AtomicU64,
+    /// Whether a data datagram left for a peer with no pace made for its address while a
+    /// carrier was shared (said once: no peer to keep the mark on).
+    said_no_peer: AtomicBool,
 }
 
 impl fmt::Debug for PacedSocket {
@@ -373,7 +374,7 @@ impl PacedSocket {
         Arc::new(PacedSocket {
             inner,
             peers: Mutex::default(),
-            unshared: AtomicU64::new(0),
+            said_no_peer: AtomicBool::new(false),
         })
     }
 
@@ -422,12 +423,6 @@ impl PacedSocket {
     /// `peer`'s share of the carrier now, bytes/s (0: none: no carrier, or quiet).
     pub fn share_of(&self, peer: SocketAddr) -> u64 {
         self.peers().by_addr.get(&key(peer)).map_or(0, |p| p.cap)
-    }
-
-    /// Bytes of data datagrams that left outside a shared carrier's shares so far (none
-    /// should: each is said in the log with its peer).
-    pub fn unshared_bytes(&self) -> u64 {
-        self.unshared.load(Relaxed)
     }
 
     /// Whether a carrier is shared.
@@ -504,7 +499,6 @@ impl AsyncUdpSocket for PacedSocket {
                 None => {
                     p.held_since = None;
                     if hub && p.live().is_none() {
-                        self.unshared.fetch_add(len as u64, Relaxed);
                         UNSHARED.fetch_add(len as u64, Relaxed);
                         if !p.said_unshared {
                             p.said_unshared = true;
@@ -517,8 +511,7 @@ impl AsyncUdpSocket for PacedSocket {
             None => {
                 if hub {
                     UNSHARED.fetch_add(len as u64, Relaxed);
-                    // Said once (no peer to keep the mark on).
-                    if self.unshared.fetch_add(len as u64, Relaxed) == 0 {
+                    if !self.said_no_peer.swap(true, Relaxed) {
                         tracing::warn!(peer = %to, "hub: datagrams to a peer with no pace leave unshared");
                     }
                 }
