@@ -210,18 +210,18 @@ impl Downloads {
             d.servers.push(c);
         }
         let t = Instant::now();
-        loop {
+        // Only iperf3's servers are waited for (the flows server said it was ready).
+        while iperf3 && t.elapsed() <= Duration::from_secs(10) {
             let out = lab
                 .command(Host::Server, "ss")
                 .args(["-Hltn"])
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                 .unwrap_or_default();
-            let up = !iperf3
-                || busy
-                    .iter()
-                    .all(|st| out.contains(&format!(":{} ", HUB_PORT + st.index)));
-            if up || t.elapsed() > Duration::from_secs(10) {
+            let up = busy
+                .iter()
+                .all(|st| out.contains(&format!(":{} ", HUB_PORT + st.index)));
+            if up {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -683,7 +683,7 @@ impl Kind for Hub {
                     }
                 }
             }
-            if let Some(text) = probes.next().flatten().filter(|_| i < busy) {
+            if let Some(text) = probes.next().flatten() {
                 let (sent, got, samples) = parse_ping(&text);
                 t.probes = (sent, got);
                 let q: Vec<f64> = samples
@@ -736,10 +736,10 @@ impl Kind for Hub {
         let others: Vec<usize> = (0..busy)
             .filter(|&i| terminals[i].stopped_s.is_none())
             .collect();
+        let w: Vec<f64> = others.iter().map(|&i| terminals[i].weight).collect();
+        let l: Vec<f64> = others.iter().map(|&i| terminals[i].limit_bps).collect();
+        let want: f64 = fair_shares(share, &w, &l).iter().sum::<f64>() * 0.9;
         let taken_from = |stop: f64| {
-            let w: Vec<f64> = others.iter().map(|&i| terminals[i].weight).collect();
-            let l: Vec<f64> = others.iter().map(|&i| terminals[i].limit_bps).collect();
-            let want: f64 = fair_shares(share, &w, &l).iter().sum::<f64>() * 0.9;
             let mut at = stop;
             while at + INTERVAL_S <= to {
                 let got: f64 = others
