@@ -114,12 +114,6 @@ pub struct TerminalShareFile {
     pub rate: Option<String>,
 }
 
-/// A shared carrier's rate in bytes of UDP payload per second: a 1472-byte datagram takes
-/// 1514 bytes of Ethernet frame.
-fn carrier_bytes(bps: f64) -> u64 {
-    (bps / 8.0 * 1472.0 / 1514.0).round() as u64
-}
-
 impl CarrierFile {
     fn resolve(&self) -> Result<satpep_tunnel::hub::Carrier, String> {
         let rate = |key: &str, v: &str| -> Result<u64, String> {
@@ -127,7 +121,7 @@ impl CarrierFile {
             if bps < 1e3 {
                 return Err(format!("tunnel.carrier.{key}: {v} is below 1 kbit/s"));
             }
-            Ok(carrier_bytes(bps))
+            Ok(satpep_tunnel::hub::payload_bytes_per_s(bps))
         };
         let total = match self.rate.as_deref() {
             Some(r) => rate("rate", r)?,

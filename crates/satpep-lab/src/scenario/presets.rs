@@ -74,6 +74,40 @@ mod tests {
         }
     }
 
+    /// A shared carrier is told the forward link's rate, full and quick (the flows part's
+    /// quick run once told its gateway 200 Mbit/s on a 100 Mbit/s carrier: every figure of
+    /// it measured a gateway that sent twice what the carrier took).
+    #[test]
+    fn every_shared_carrier_is_told_its_link_s_rate() {
+        for quick in [false, true] {
+            let sc = Scenario::parse(get("hub").unwrap(), quick).unwrap();
+            let mut shared = 0;
+            for c in &sc.cells {
+                let Some(told) = c
+                    .spec
+                    .pep
+                    .config
+                    .tunnel
+                    .as_ref()
+                    .and_then(|t| t.carrier.as_ref())
+                    .and_then(|c| c.rate.as_deref())
+                else {
+                    continue;
+                };
+                let told = satpep_link::units::parse_rate(told).unwrap();
+                let link = c.spec.link_spec().unwrap().resolve().unwrap();
+                assert_eq!(
+                    told,
+                    link.forward.rate.max_bps(),
+                    "part {} (quick {quick}): the carrier told {told} bit/s",
+                    sc.parts[c.part].name
+                );
+                shared += 1;
+            }
+            assert!(shared >= 5, "{shared} shared-carrier cells");
+        }
+    }
+
     #[test]
     fn the_example_scenarios_in_docs_parse() {
         // docs/examples: recipes; docs/scenarios: the runs docs cite figures from.

@@ -783,11 +783,7 @@ impl Kind for Hub {
             terminals,
             busy: busy as u16,
             flows: busy as u32 * self.flows,
-            share: match share {
-                ShareBy::Time => "time",
-                ShareBy::Bits => "bits",
-            }
-            .into(),
+            share: share.name().into(),
             taken_s,
             last_byte_s,
             taken_after_last_byte_s,
