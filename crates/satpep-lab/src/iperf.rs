@@ -106,15 +106,69 @@ impl UdpResult {
     }
 }
 
+/// An iperf3 client whose JSON is read on a thread as it runs: with 0.1 s intervals a 30 s
+/// test writes more JSON than a pipe holds, and a client whose output nobody read blocked
+/// at its end and never finished.
+pub(crate) struct Client {
+    /// The iperf3 process.
+    pub(crate) child: Child,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl Client {
+    /// Starts reading `child`'s standard output.
+    pub(crate) fn reading(mut child: Child) -> Client {
+        let out = child.stdout.take().map(|mut o| {
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut o, &mut v);
+                v
+            })
+        });
+        Client { child, out }
+    }
+
+    /// Waits for the process; its status, standard output and error.
+    pub(crate) fn output(mut self) -> std::io::Result<std::process::Output> {
+        let mut stderr = Vec::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_end(&mut e, &mut stderr);
+        }
+        let status = self.child.wait()?;
+        let stdout = self
+            .out
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        Ok(std::process::Output {
+            status,
+            stdout,
+            stderr,
+        })
+    }
+}
+
 /// An iperf3 server in one host, serving one test. Its JSON is read on a thread so a long
 /// run cannot fill the pipe and stall it.
 pub(crate) struct Server(Child, Option<std::thread::JoinHandle<Vec<u8>>>);
 
 impl Server {
     pub(crate) fn start(lab: &Lab, host: Host, port: u16) -> Result<Server, String> {
+        Server::start_with(lab, host, port, &[])
+    }
+
+    /// [`Server::start`] with more of iperf3's options (`-i 0.1`: the receiver's intervals
+    /// in an upload are the server's).
+    pub(crate) fn start_with(
+        lab: &Lab,
+        host: Host,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<Server, String> {
         let mut child = lab
             .command(host, "iperf3")
             .args(["-s", "-1", "-J", "-p", &port.to_string()])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

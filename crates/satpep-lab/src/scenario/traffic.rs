@@ -166,9 +166,9 @@ pub struct RunRecord {
 /// within the slow-start bound plus three round trips) is judged on it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StartRecord {
-    /// The end of the first one-second interval in which the transfer delivered at least
-    /// 90 % of the physical limit over that interval, seconds after its first byte arrived;
-    /// None if no interval did.
+    /// When the transfer first delivered at least 90 % of the physical limit over one
+    /// second (the start of that second, on the receiver's 0.1 s intervals), seconds after
+    /// its first byte arrived; None if no second did.
     pub reached_90_s: Option<f64>,
 }
 

@@ -3,7 +3,7 @@
 //! competing TCP flow).
 
 use super::{check_count, one, Kind};
-use crate::iperf::{spawn_client, Server};
+use crate::iperf::{spawn_client, Client, Server};
 use crate::scenario::beside::{cross_frame_bps, Beside};
 use crate::scenario::spec::{CellSpec, Metric, Size, Span};
 use crate::scenario::traffic::{
@@ -18,6 +18,19 @@ use std::time::{Duration, Instant};
 
 /// First iperf3 port; flow i uses BASE_PORT + i.
 pub const BASE_PORT: u16 = 5201;
+
+/// iperf3 reports every 0.1 s (its least interval), client and server alike: the start-up
+/// is read from them ([`reached`]), the one-second series from their sums ([`by_second`]).
+/// Read from one-second intervals, a transfer at the link's rate 0.3 s in (a LEO path's
+/// slow-start bound) showed 90 % only in its second interval: the first held its start.
+const FINE_ARGS: [&str; 2] = ["-i", "0.1"];
+
+/// The length of the window the start-up is read over, s.
+const START_WINDOW_S: f64 = 1.0;
+
+/// How far a window's intervals may run past or fall short of [`START_WINDOW_S`], s: half
+/// an interval (iperf3's 0.1 s intervals last 0.1 s and a few hundred microseconds).
+const START_SLACK_S: f64 = 0.05;
 
 /// Which way a bulk transfer goes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -229,7 +242,7 @@ fn run_bulk(
     let n = t.flows as usize;
     let mut servers = Vec::new();
     for i in 0..n {
-        match Server::start(lab, Host::Server, BASE_PORT + i as u16) {
+        match Server::start_with(lab, Host::Server, BASE_PORT + i as u16, &FINE_ARGS) {
             Ok(s) => servers.push(Some(s)),
             Err(e) => {
                 rec.failures += 1;
@@ -248,7 +261,7 @@ fn run_bulk(
     let mut done = Vec::new();
     for c in children.iter_mut() {
         done.push(match c {
-            Some(ch) => Some(wait_draining(lab, ch, deadline, start, download, tick)?),
+            Some(ch) => Some(wait_draining(lab, &mut ch.child, deadline, start, download, tick)?),
             None => None,
         });
     }
@@ -261,6 +274,8 @@ fn run_bulk(
     let epoch = |i: usize| epochs.get(i).copied().flatten();
     let data_epoch = epoch(0);
     let mut flows = Vec::new();
+    // Each flow's 0.1 s intervals (end on flow 0's clock, bytes).
+    let mut fine: Vec<Vec<(f64, u64)>> = Vec::new();
     for (i, (child, cc)) in children.into_iter().zip(ccs).enumerate() {
         let mut flow = FlowRecord {
             // Where the flow's intervals start on flow 0's clock: as measured, else as meant.
@@ -274,11 +289,13 @@ fn run_bulk(
             retransmits: 0,
             series: Vec::new(),
         };
+        let mut intervals = Vec::new();
         if let (Some(child), Some(done)) = (child, done[i]) {
             let server = servers[i].take();
-            read_flow(&mut flow, i, child, done, server, download, rec)?;
+            intervals = read_flow(&mut flow, i, child, done, server, download, rec)?;
         }
         flows.push(flow);
+        fine.push(intervals);
     }
     // Aggregate goodput after the warm-up; per-flow goodput while all flows ran.
     let all_from = flows.iter().fold(warm, |a, f| a.max(f.start_s));
@@ -325,7 +342,7 @@ fn run_bulk(
             };
             if n == 1 && !t.competing {
                 rec.start = Some(StartRecord {
-                    reached_90_s: reached(&flows[0], 0.9, limit_at),
+                    reached_90_s: reached(flows[0].start_s, &fine[0], 0.9, limit_at),
                 });
             }
             Some(limit_at(warm, last_end))
@@ -414,10 +431,10 @@ fn start_clients(
     dur: f64,
     start: Instant,
     tick: &mut dyn FnMut(f64),
-) -> Result<(Vec<Option<Child>>, Vec<String>), String> {
+) -> Result<(Vec<Option<Client>>, Vec<String>), String> {
     let stagger = t.stagger.secs();
     let download = t.direction == Direction::Download;
-    let mut children: Vec<Option<Child>> = Vec::new();
+    let mut children: Vec<Option<Client>> = Vec::new();
     let mut ccs = Vec::new();
     let mut last_tick = Instant::now();
     for (i, server) in servers.iter().enumerate() {
@@ -425,8 +442,8 @@ fn start_clients(
         while start.elapsed() < at {
             if crate::interrupted() {
                 for c in children.iter_mut().flatten() {
-                    let _ = c.kill();
-                    let _ = c.wait();
+                    let _ = c.child.kill();
+                    let _ = c.child.wait();
                 }
                 return Err("interrupted".into());
             }
@@ -443,7 +460,7 @@ fn start_clients(
         };
         ccs.push(cc.clone());
         let run_for = (dur - stagger * i as f64).round().max(1.0) as u32;
-        let mut extra: Vec<String> = Vec::new();
+        let mut extra: Vec<String> = FINE_ARGS.iter().map(|a| a.to_string()).collect();
         if !cc.is_empty() {
             crate::topology::ensure_cc(&cc)?;
             extra.extend(["-C".into(), cc]);
@@ -453,7 +470,9 @@ fn start_clients(
         }
         let port = BASE_PORT + i as u16;
         children.push(match server {
-            Some(_) => spawn_client(lab, port, run_for, download, &extra).ok(),
+            Some(_) => spawn_client(lab, port, run_for, download, &extra)
+                .ok()
+                .map(Client::reading),
             None => None,
         });
     }
@@ -462,17 +481,18 @@ fn start_clients(
 
 /// Reads flow `i`'s outcome from its client (`done`: it ended by itself) and server into
 /// `flow`: its one-second series as the receiver saw it, its bytes and the sender's
-/// retransmissions; a failure goes into `rec`.
+/// retransmissions; a failure goes into `rec`. Returns the receiver's 0.1 s intervals
+/// (end on flow 0's clock, bytes).
 fn read_flow(
     flow: &mut FlowRecord,
     i: usize,
-    child: Child,
+    child: Client,
     done: bool,
     server: Option<Server>,
     download: bool,
     rec: &mut RunRecord,
-) -> Result<(), String> {
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+) -> Result<Vec<(f64, u64)>, String> {
+    let out = child.output().map_err(|e| e.to_string())?;
     let cv: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     let sv = server.and_then(|s| s.output().ok()).unwrap_or(Value::Null);
     if !done || cv["error"].is_string() || !out.status.success() {
@@ -489,13 +509,33 @@ fn read_flow(
         ));
     }
     let (recv, send) = if download { (&cv, &sv) } else { (&sv, &cv) };
-    flow.series = crate::iperf::intervals(recv)
+    let fine: Vec<(f64, u64)> = crate::iperf::intervals(recv)
         .into_iter()
         .map(|(end, bytes)| (end + flow.start_s, bytes))
         .collect();
+    flow.series = by_second(flow.start_s, &fine);
     flow.bytes = flow.series.iter().map(|(_, b)| b).sum();
     flow.retransmits = send["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
-    Ok(())
+    Ok(fine)
+}
+
+/// Intervals (end, bytes) that began at `start` summed into one-second ones on the same
+/// clock, each in the second its middle falls in (iperf3's 0.1 s intervals last a little
+/// longer, and an interval ending just past a whole second belongs to the one before); the
+/// last may be shorter: the test's end.
+fn by_second(start: f64, fine: &[(f64, u64)]) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = Vec::new();
+    let (mut prev, mut second) = (start, None::<i64>);
+    for &(end, bytes) in fine {
+        let k = ((prev + end) / 2.0 - start).max(0.0).floor() as i64;
+        prev = end;
+        match out.last_mut() {
+            Some(last) if second == Some(k) => *last = (end, last.1 + bytes),
+            _ => out.push((end, bytes)),
+        }
+        second = Some(k);
+    }
+    out
 }
 
 /// A flow's bytes in its one-second intervals from `from` s on, the seconds they span, and
@@ -544,18 +584,38 @@ fn all_between(flows: &[FlowRecord], from: f64) -> Option<(f64, f64)> {
     Some((bytes, to))
 }
 
-/// The end of `f`'s first whole interval whose goodput is at least `share` of the limit
-/// over it (`limit_at(from, to)`, s on the flow's clock), s after its first byte. Its last
-/// interval is left out: it also holds what was queued when the sender stopped.
-fn reached(f: &FlowRecord, share: f64, limit_at: impl Fn(f64, f64) -> f64) -> Option<f64> {
-    let mut prev = f.start_s;
-    let n = f.series.len();
-    for &(end, bytes) in f.series.iter().take(n.saturating_sub(1)) {
-        let len = end - prev;
-        if len > 0.0 && bytes as f64 * 8.0 / len >= share * limit_at(prev, end) {
-            return Some(end - f.start_s);
+/// When the transfer first delivered `share` of the limit over [`START_WINDOW_S`] (the
+/// limit over that span, `limit_at(from, to)` s on the flow's clock): the start of the
+/// first such window on the intervals' grid (`fine`: (end, bytes) from `start`), s after
+/// its first byte. The last interval is left out: it also holds what was queued when the
+/// sender stopped.
+fn reached(
+    start: f64,
+    fine: &[(f64, u64)],
+    share: f64,
+    limit_at: impl Fn(f64, f64) -> f64,
+) -> Option<f64> {
+    let n = fine.len().saturating_sub(1);
+    let begins = |i: usize| if i == 0 { start } else { fine[i - 1].0 };
+    for i in 0..n {
+        let from = begins(i);
+        // The intervals that end within the window.
+        let mut bytes = 0u64;
+        let mut to = from;
+        for &(end, b) in &fine[i..n] {
+            if end > from + START_WINDOW_S + START_SLACK_S {
+                break;
+            }
+            bytes += b;
+            to = end;
         }
-        prev = end;
+        if to - from < START_WINDOW_S - START_SLACK_S {
+            // The measured intervals end before a whole window: no later one has one.
+            return None;
+        }
+        if bytes as f64 * 8.0 / (to - from) >= share * limit_at(from, to) {
+            return Some(from - start);
+        }
     }
     None
 }
@@ -612,32 +672,44 @@ mod tests {
         }
     }
 
-    /// The start is read from the first whole interval at 90 % of the limit over that
-    /// interval (a rate step counted), never from the last (it holds the drained queue).
+    /// The start is read from the first second, on the 0.1 s grid, at 90 % of the limit
+    /// over it (a rate step counted), never from the last interval (it holds the drained
+    /// queue); the one-second series are the sums of whole seconds.
     #[test]
-    fn the_start_is_the_first_interval_at_the_limit() {
-        let f = FlowRecord {
-            start_s: 0.5,
-            cc: String::new(),
-            bytes: 0,
-            goodput_bps: 0.0,
-            retransmits: 0,
-            // 1, 4, 8, 9.5 and 20 Mbit/s a second.
-            series: [125_000u64, 500_000, 1_000_000, 1_187_500, 2_500_000]
-                .iter()
-                .enumerate()
-                .map(|(i, &b)| (1.5 + i as f64, b))
-                .collect(),
-        };
+    fn the_start_is_the_first_second_at_the_limit() {
+        // From 0.5 s: 1 Mbit/s for 1.3 s, then 10 Mbit/s; the last interval a burst.
+        // iperf3's intervals last a little more than 0.1 s (here 0.1003).
+        let mut fine: Vec<(f64, u64)> = (1..=40)
+            .map(|i| {
+                let end = 0.5 + i as f64 * 0.1003;
+                (end, if i <= 13 { 12_500 } else { 125_000 })
+            })
+            .collect();
+        fine.push((4.6, 1_000_000));
         let flat = |_: f64, _: f64| 10e6;
-        assert_eq!(reached(&f, 0.9, flat), Some(4.0));
-        // The link at 8 Mbit/s from 3.5 s on: 8 Mbit/s in (2.5, 3.5] is not 90 % of 10.
-        let step = |a: f64, _: f64| if a >= 3.5 { 8e6 } else { 10e6 };
-        assert_eq!(reached(&f, 0.9, step), Some(4.0));
-        let slow = |a: f64, _: f64| if a >= 2.5 { 8e6 } else { 10e6 };
-        assert_eq!(reached(&f, 0.9, slow), Some(3.0));
-        // Only the last interval reaches it: never.
-        assert_eq!(reached(&f, 0.9, |_: f64, _: f64| 12e6), None);
+        // The second from 1.3 s after the start carries 10 Mbit/s, the one from 1.2 s 9.1,
+        // the one from 1.1 s 8.2.
+        let at = |share: f64, limit: &dyn Fn(f64, f64) -> f64| {
+            reached(0.5, &fine, share, limit).map(|t| (t * 10.0).round() / 10.0)
+        };
+        assert_eq!(at(0.95, &flat), Some(1.3));
+        assert_eq!(at(0.9, &flat), Some(1.2));
+        assert_eq!(at(0.8, &flat), Some(1.1));
+        // The link at 8 Mbit/s from 1.7 s on the flow's clock: the second from 1.2 s is
+        // 95 % of that.
+        let step = |a: f64, _: f64| if a >= 1.7 - 1e-9 { 8e6 } else { 10e6 };
+        assert_eq!(at(0.95, &step), Some(1.2));
+        assert_eq!(at(0.9, &|_: f64, _: f64| 12e6), None);
+        // Seconds summed: 0.1 + ... on whole seconds from the start.
+        let s = by_second(0.5, &fine);
+        assert_eq!(s.len(), 5);
+        assert!((s[0].0 - 1.503).abs() < 1e-9 && s[0].1 == 10 * 12_500, "{s:?}");
+        assert_eq!(s[1].1, 3 * 12_500 + 7 * 125_000);
+        assert_eq!(s[3].1, 10 * 125_000);
+        assert_eq!(s[4], (4.6, 1_000_000));
+        // One-second intervals are their own seconds.
+        let coarse = [(1.5, 1u64), (2.5, 2), (3.5, 3)];
+        assert_eq!(by_second(0.5, &coarse), coarse);
     }
 
     /// Beside UDP the limit is what the UDP's delivered frames leave of the link's mean rate
