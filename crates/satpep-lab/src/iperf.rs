@@ -115,16 +115,22 @@ pub(crate) struct Client {
     out: Option<std::thread::JoinHandle<Vec<u8>>>,
 }
 
+/// Reads `out` to its end on a thread of its own (a child's pipe, which a long run would
+/// otherwise fill).
+fn read_on_thread(
+    mut out: impl std::io::Read + Send + 'static,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    })
+}
+
 impl Client {
     /// Starts reading `child`'s standard output.
     pub(crate) fn reading(mut child: Child) -> Client {
-        let out = child.stdout.take().map(|mut o| {
-            std::thread::spawn(move || {
-                let mut v = Vec::new();
-                let _ = std::io::Read::read_to_end(&mut o, &mut v);
-                v
-            })
-        });
+        let out = child.stdout.take().map(read_on_thread);
         Client { child, out }
     }
 
@@ -174,12 +180,7 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start iperf3 (is it installed?): {e}"))?;
-        let mut out = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut out, &mut v);
-            v
-        });
+        let reader = read_on_thread(child.stdout.take().unwrap());
         // A PEP in fast mode accepts a client before the server listens and then resets it,
         // which iperf3 reports as a broken pipe, not as "refused": wait for the listener.
         let t = Instant::now();

@@ -59,9 +59,8 @@ pub fn payload_bytes_per_s(bps: f64) -> u64 {
 
 /// The carrier a datagram of `len` bytes of payload takes in `segments` frames, in the
 /// payload bytes of [`payload_bytes_per_s`]: a smaller datagram's headers take a larger
-/// share (quinn's 1200-byte datagrams take 0.6 % more than their payload says, which over
-/// a carrier kept full by its shares stood as a queue growing by 7 ms a second at 100
-/// Mbit/s).
+/// share (quinn's 1200-byte datagrams take 0.6 % more than their payload says: a carrier
+/// kept full by its shares at that rate would gain 6 ms of queue a second).
 pub fn carrier_cost(len: u64, segments: u64, ipv6: bool) -> u64 {
     let headers = FRAME_HEADERS + if ipv6 { IPV6_MORE } else { 0 };
     let frame = len + segments * headers;
