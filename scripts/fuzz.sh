@@ -5,7 +5,7 @@
 # saved under fuzz/artifacts/TARGET/.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s, every target)
-#   scripts/fuzz.sh 20                                   (what CI runs)
+#   scripts/fuzz.sh 60                                   (before a release; CI does not run it)
 #   scripts/fuzz.sh 3600 flow_header                     (a long run of one target)
 #
 # cargo-fuzz passes nightly-only -Z flags to rustc; RUSTC_BOOTSTRAP=1 lets the stable
