@@ -69,6 +69,9 @@ pub trait Host {
     fn starts_at(&self) -> f64 {
         0.0
     }
+    /// The handshake's RTT, measured before the first data (the SYN's: the kernel seeds
+    /// its smoothed and least RTT with it).
+    fn on_handshake(&mut self, _rtt_us: u64) {}
 }
 
 struct InFlight {
@@ -116,6 +119,10 @@ pub fn run_shared(
     let us = |t: f64| (t * 1e6).round() as u64;
     // Gilbert-Elliott: every frame in the bad state is lost.
     let mut bad = false;
+    for h in hosts.iter_mut() {
+        let t = h.starts_at();
+        h.on_handshake(us(link(t).rtt));
+    }
     while now < secs {
         // The sender that may send first (the lowest index on a tie).
         let (flow, t_send) = (0..n)
@@ -346,6 +353,8 @@ pub struct KernelHost {
     /// Per packet in flight: (sent, delivered at send, delivered time at send, first tx at send).
     sent: VecDeque<(u64, u32, u64, u64)>,
     losses: u32,
+    /// Data segments sent so far (the kernel's `data_segs_out`).
+    segs_out: u32,
 }
 
 impl KernelHost {
@@ -366,6 +375,7 @@ impl KernelHost {
             in_flight: 0,
             sent: VecDeque::new(),
             losses: 0,
+            segs_out: 0,
         }
     }
 
@@ -388,6 +398,7 @@ impl Host for KernelHost {
             self.delivered_us = now_us;
         }
         self.in_flight += 1;
+        self.segs_out = self.segs_out.saturating_add(1);
         self.sent
             .push_back((now_us, self.delivered, self.delivered_us, self.first_tx_us));
     }
@@ -447,7 +458,17 @@ impl Host for KernelHost {
         self.model.cwnd() as u64 * self.mss as u64
     }
 
+    fn on_handshake(&mut self, rtt_us: u64) {
+        self.srtt_us = rtt_us as u32;
+        self.min_rtt_us = rtt_us as u32;
+    }
+
     fn pacing_rate(&self) -> u64 {
+        // tcp_update_skb_after_send() paces only once `data_segs_out` reaches 10: a
+        // connection's first ten segments leave back to back, whatever the pacing rate.
+        if self.segs_out < 10 {
+            return 0;
+        }
         self.model.pacing_rate(&self.ack_now(0))
     }
 }
