@@ -448,8 +448,9 @@ impl Peers {
 enum Admit {
     /// It must wait until then.
     Hold(Instant),
-    /// It may leave: if paced, its peer's pace and since when it waited (if it did).
-    Send(Option<(Arc<Pace>, Option<Instant>)>),
+    /// It may leave: if paced, its peer's pace, since when it waited (if it did) and
+    /// whether its own share's bucket was charged (a refusal by the socket gives it back).
+    Send(Option<(Arc<Pace>, Option<Instant>, bool)>),
 }
 
 /// The endpoint's UDP socket, pacing the peers given a [`Pace`] (see the module's comment).
@@ -575,6 +576,7 @@ impl PacedSocket {
                     return Admit::Hold(until);
                 }
                 Some((pace, _)) => {
+                    let mut own = false;
                     if let Some(h) = carrier.as_mut() {
                         h.refill(now);
                         // A borrower (beyond its own share, or a terminal that was quiet
@@ -595,6 +597,7 @@ impl PacedSocket {
                             }
                         } else {
                             p.own -= len;
+                            own = true;
                         }
                         h.tokens -= p.carrier_time(len, segments, to, h.carrier.rate);
                         h.tokens = h.tokens.max(-owed_most(h.carrier.rate));
@@ -602,7 +605,7 @@ impl PacedSocket {
                     p.tokens -= len;
                     p.sent += len as u64;
                     p.last_data = Some(now);
-                    Some((pace, p.held_since.take()))
+                    Some((pace, p.held_since.take(), own))
                 }
                 None => {
                     p.held_since = None;
@@ -626,6 +629,29 @@ impl PacedSocket {
                 None
             }
         })
+    }
+
+    /// Gives back what [`PacedSocket::admit`] charged for a datagram the socket then
+    /// refused: the peer's pace, its own share (if charged) and the carrier's time; the
+    /// datagram is held again since it was.
+    fn refund(&self, to: SocketAddr, len: i64, segments: u64, since: Option<Instant>, own: bool) {
+        let mut peers = self.peers();
+        let Peers {
+            by_addr,
+            hub: carrier,
+            ..
+        } = &mut *peers;
+        if let Some(p) = by_addr.get_mut(&to) {
+            if let Some(h) = carrier.as_mut() {
+                h.tokens += p.carrier_time(len, segments, to, h.carrier.rate);
+            }
+            if own {
+                p.own += len;
+            }
+            p.tokens += len;
+            p.sent = p.sent.saturating_sub(len as u64);
+            p.held_since = since;
+        }
     }
 
     fn peers(&self) -> std::sync::MutexGuard<'_, Peers> {
@@ -659,28 +685,13 @@ impl AsyncUdpSocket for PacedSocket {
         };
         let r = self.inner.try_send(t);
         match (&r, paced) {
-            (Ok(()), Some((pace, Some(since)))) => {
+            (Ok(()), Some((pace, Some(since), _))) => {
                 pace.held(
                     Instant::now().saturating_duration_since(since),
                     len as usize,
                 );
             }
-            (Err(_), Some((_, since))) => {
-                let mut peers = self.peers();
-                let Peers {
-                    by_addr,
-                    hub: carrier,
-                    ..
-                } = &mut *peers;
-                if let Some(p) = by_addr.get_mut(&to) {
-                    if let Some(h) = carrier.as_mut() {
-                        h.tokens += p.carrier_time(len, segments, to, h.carrier.rate);
-                    }
-                    p.tokens += len;
-                    p.sent = p.sent.saturating_sub(len as u64);
-                    p.held_since = since;
-                }
-            }
+            (Err(_), Some((_, since, own))) => self.refund(to, len, segments, since, own),
             _ => {}
         }
         r
@@ -970,6 +981,39 @@ mod tests {
         pa.set(10_000_000);
         pb.set(10_000_000);
         (s, [a, b], [pa, pb])
+    }
+
+    /// A datagram the socket refuses costs nothing: its peer's pace, its own share and the
+    /// carrier's time are as they were before it was admitted.
+    #[tokio::test]
+    async fn a_datagram_the_socket_refuses_is_given_back_in_full() {
+        let (s, [a, b], _paces) = hub_of_two(4_000_000);
+        drive(&s, &[(a, 0.0), (b, 0.0)], &[]);
+        // After the driven 1.4 s.
+        let now = Instant::now() + Duration::from_secs(2);
+        let state = |s: &PacedSocket| {
+            let peers = s.peers();
+            let p = &peers.by_addr[&a];
+            (p.tokens, p.own, p.sent, peers.hub.as_ref().unwrap().tokens)
+        };
+        // Admitted and refused twice at one moment: if anything were kept back, the second
+        // refusal would leave less than the first (the first admission also refills).
+        let mut after = Vec::new();
+        for _ in 0..2 {
+            match s.admit(a, 1200, 1, now) {
+                Admit::Send(Some((_, since, own))) => {
+                    assert!(own, "A, within its share, was not charged its own bucket");
+                    s.refund(a, 1200, 1, since, own);
+                }
+                Admit::Send(None) => panic!("a paced peer sent unpaced"),
+                Admit::Hold(_) => panic!("A was held after a refusal"),
+            }
+            after.push(state(&s));
+        }
+        assert_eq!(
+            after[0], after[1],
+            "(pace, own share, sent, carrier) after one refusal and after two"
+        );
     }
 
     /// Bytes/s sent in 10 ms bins `from..to`.
