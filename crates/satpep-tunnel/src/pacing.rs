@@ -181,6 +181,13 @@ fn burst(rate: u64) -> u64 {
     bytes_in(rate, BURST)
 }
 
+/// `bucket` (bytes) refilled at `rate` bytes/s for `dt_ns`, a burst of that rate at most:
+/// a peer's pace, its own share and the carrier's time are all such buckets.
+fn fill(bucket: i64, rate: u64, dt_ns: u128) -> i64 {
+    let add = (rate as u128 * dt_ns / 1_000_000_000).min(i64::MAX as u128) as i64;
+    bucket.saturating_add(add).min(burst(rate) as i64)
+}
+
 /// One paced peer: its connection's pace and its token bucket (bytes; negative after a
 /// batch larger than what was in it).
 #[derive(Debug)]
@@ -287,14 +294,12 @@ impl Peer {
         let rate = self.rate(pace.as_ref());
         let dt = now.saturating_duration_since(self.at).as_nanos();
         self.at = now;
-        let own = (self.fair as u128 * dt / 1_000_000_000).min(i64::MAX as u128) as i64;
-        self.own = self.own.saturating_add(own).min(burst(self.fair) as i64);
+        self.own = fill(self.own, self.fair, dt);
         if rate == 0 {
             self.tokens = self.tokens.max(0);
             return None;
         }
-        let add = (rate as u128 * dt / 1_000_000_000).min(i64::MAX as u128) as i64;
-        self.tokens = self.tokens.saturating_add(add).min(burst(rate) as i64);
+        self.tokens = fill(self.tokens, rate, dt);
         pace.map(|p| (p, rate))
     }
 }
@@ -333,11 +338,9 @@ impl Hub {
 
     /// Refills the carrier's bucket to `now`, a burst at most.
     fn refill(&mut self, now: Instant) {
-        let rate = self.carrier.rate;
         let dt = now.saturating_duration_since(self.filled).as_nanos();
         self.filled = now;
-        let add = (rate as u128 * dt / 1_000_000_000).min(i64::MAX as u128 / 2) as i64;
-        self.tokens = self.tokens.saturating_add(add).min(burst(rate) as i64);
+        self.tokens = fill(self.tokens, self.carrier.rate, dt);
     }
 }
 
