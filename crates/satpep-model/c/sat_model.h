@@ -200,6 +200,9 @@ struct sat_drain {
 	u32 ended_ms;     /* the last drain ended; in COMPETE, when it began */
 	u32 first_us;     /* when the first ACK of a segment sent in it came (0: none yet) */
 	u32 early;        /* of `acked`, those acknowledged within a reordering window of it */
+	u32 react_queue_us; /* the queue that began the drains */
+	u32 react_bw;     /* the model's rate before they cut it, bytes/s (0: no reaction) */
+	u32 rebased_ms;   /* a drain last found the path longer (`rebase`) */
 	u8 undrained;     /* drains in a row that left a queue */
 	u8 after_start;   /* it follows the start: its rate samples are the link's */
 	u8 busy;          /* it follows a queue above the budget */
@@ -551,6 +554,10 @@ SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ac
 	u32 by_rtt, measured;
 
 	m->r.reacted = 1;
+	if (m->phase != SAT_DRAIN) {
+		m->drain.react_queue_us = queue_us(m);
+		m->drain.react_bw = m->f.bw;
+	}
 	if (m->phase == SAT_START) {
 		set_bw(m, max(m->f.bw, m->r.bw));
 	} else {
@@ -606,6 +613,48 @@ SAT_FN void fold_clean_noise(struct sat_model *m)
 		m->noise.drains++;
 }
 
+SAT_FN u32 min_rtt_span_us(const struct sat_model *m)
+{
+	return max(MIN_RTT_SPAN_US, base_us(m) * MIN_RTT_ROUNDS);
+}
+
+/* The path grew longer (a LEO handover, a rerouted terrestrial leg), and no queue stands: the
+ * drain took segments out of flight that would have shortened a queue of this sender's by
+ * `expect` at the rate before the cut, and the lowest RTT of its own segments shows the queue
+ * shrank by less than half of that, without growing. Read as a queue, the RTT a handover
+ * adds cut the rate drain after drain, each drain's window sized by the old base RTT (seed
+ * 39's L06: LEO 183 Mbit/s, 28 -> 49 ms at a handover; 126 -> 15 Mbit/s in 0.2 s, then the
+ * competitive mode with the old base for 20 s; 71 % of the limit on the simulator). A queue
+ * that grew in the drain is a link serving less than the drain sends. Another sender's queue
+ * does not shrink either: an overflow, a queue more than this sender's window could hold, or
+ * a second such drain within the base RTT's span leaves it to the drains' usual evidence;
+ * and a competitor's queue that falls later lowers the base again at once (a minimum). */
+SAT_FN bool path_lengthened(const struct sat_model *m, const struct sat_window *w,
+			    const struct sat_ack *a, u32 left, bool evidence)
+{
+	u32 out, expect;
+
+	if (evidence || m->drain.undrained || !m->drain.react_bw || m->comp.checking ||
+	    (m->drain.rebased_ms && now_ms(a) - m->drain.rebased_ms < min_rtt_span_us(m) / 1000))
+		return false;
+	out = m->drain.cut_from > w->cwnd ? m->drain.cut_from - w->cwnd : 0;
+	expect = (u32)min((u64)out * (a->mss + FRAME_OVERHEAD) * USEC_PER_SEC / m->drain.react_bw,
+			  (u64)USEC_PER_SEC);
+	return expect >= 2 * queue_mark_us(m, a) && left + expect / 2 >= m->drain.react_queue_us &&
+	       max(left, queue_us(m)) <= m->drain.react_queue_us;
+}
+
+/* The base RTT is the drain's lowest now, and the rate what it was before the cuts. */
+SAT_FN void rebase(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
+{
+	min2_reset(&m->f.base, now_ms(a));
+	min2_update(&m->f.base, now_ms(a), m->drain.min_rtt, min_rtt_span_us(m) / 2000);
+	set_bw(m, max(m->f.bw, m->drain.react_bw));
+	m->drain.rebased_ms = now_ms(a) | 1;
+	m->drain.undrained = 0;
+	enter(m, w, a, SAT_CRUISE);
+}
+
 SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
 	SAT_ARGS(m && w && a);
@@ -624,6 +673,15 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 		enter(m, w, a, SAT_CRUISE);
 		return 0;
 	}
+	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
+	foreign = overflow ||
+		  (u64)m->f.bw_peak * queue / USEC_PER_SEC > 2ULL * w->cwnd * a->mss;
+	if (path_lengthened(m, w, a, m->drain.min_rtt - base, foreign)) {
+		rebase(m, w, a);
+		return 0;
+	}
+	/* Only the first drain after a reaction can tell: later ones began below the rate. */
+	m->drain.react_bw = 0;
 	/* A queue that shrinks from drain to drain is one the cuts are catching up with (a link
 	 * slowing step by step, as in a rain fade): no sign of another sender, unless the
 	 * buffer overflowed. */
@@ -631,9 +689,6 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 	    (!m->drain.undrained || overflow || queue >= m->drain.left_us * 3 / 4))
 		m->drain.undrained++;
 	m->drain.left_us = queue;
-	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
-	foreign = overflow ||
-		  (u64)m->f.bw_peak * queue / USEC_PER_SEC > 2ULL * w->cwnd * a->mss;
 	/* Three drains with that evidence, not two: the first drains after a rate step meet
 	 * the queue this sender built before it, full enough to overflow beside constant-rate
 	 * traffic (seed 39's L11: 1.9 Mbit/s of UDP on a 5.1 Mbit/s link stepping to 3.6),
@@ -651,11 +706,6 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 	else
 		enter(m, w, a, SAT_DRAIN);
 	return 0;
-}
-
-SAT_FN u32 min_rtt_span_us(const struct sat_model *m)
-{
-	return max(MIN_RTT_SPAN_US, base_us(m) * MIN_RTT_ROUNDS);
 }
 
 /* The most of the round's losses the channel's noise explains beside `acked` deliveries:
