@@ -613,6 +613,29 @@ SAT_FN void fold_clean_noise(struct sat_model *m)
 		m->noise.drains++;
 }
 
+/* The most of the round's losses the channel's noise explains beside `acked` deliveries:
+ * the expected count, three standard deviations and two bursts. Losses in bursts of mean
+ * length b (Gilbert-Elliott: rain, interference) vary far more than one by one: a round's
+ * count is a Poisson number of bursts of geometric length, variance expected x (2b - 1).
+ * Read as independent, a LEO link losing 1.4 % in bursts of 25 "overflowed a shallow
+ * buffer" every few seconds, simulated: a 780 ms buffer taken for 3 ms, and a slack of
+ * 1.5 ms that could not follow the path's RTT as it rose (the rate fell by a third). */
+SAT_FN u32 noise_bound(u32 acked, u32 noise_ppm, u32 burst)
+{
+	u32 expected = (u32)((u64)acked * noise_ppm / (USEC_PER_SEC - noise_ppm));
+
+	return expected + 3 * sat_sqrt((u32)min((u64)expected * (2 * burst - 1), 0xffffffffULL)) +
+	       2 * burst;
+}
+
+/* The channel's mean burst of losses, segments (1: independent), as the drains saw it. */
+SAT_FN u32 noise_burst(const struct sat_model *m)
+{
+	if (!m->noise.events || m->noise.lost <= m->noise.events)
+		return 1;
+	return min(m->noise.lost / m->noise.events, BURST_MAX);
+}
+
 SAT_FN u32 min_rtt_span_us(const struct sat_model *m)
 {
 	return max(MIN_RTT_SPAN_US, base_us(m) * MIN_RTT_ROUNDS);
@@ -630,11 +653,20 @@ SAT_FN u32 min_rtt_span_us(const struct sat_model *m)
  * a second such drain within the base RTT's span leaves it to the drains' usual evidence;
  * and a competitor's queue that falls later lowers the base again at once (a minimum). */
 SAT_FN bool path_lengthened(const struct sat_model *m, const struct sat_window *w,
-			    const struct sat_ack *a, u32 left, bool evidence)
+			    const struct sat_ack *a, u32 left)
 {
 	u32 out, expect;
 
-	if (evidence || m->drain.undrained || !m->drain.react_bw || m->comp.checking ||
+	/* A drain that lost more than the noise met a full buffer; more queued than twice the
+	 * window before the cut could hold is another sender's. Not the overflow mark (a loss
+	 * with a long queue): with the base RTT short by the path's growth, every random loss
+	 * met "a long queue". */
+	if (m->drain.lost > noise_bound(m->drain.acked, min(m->noise.clean_ppm, NOISE_MAX_PPM),
+					 noise_burst(m)) ||
+	    (u64)m->drain.react_bw * m->drain.react_queue_us / USEC_PER_SEC >
+		    2ULL * m->drain.cut_from * a->mss)
+		return false;
+	if (m->drain.undrained || !m->drain.react_bw || m->comp.checking ||
 	    (m->drain.rebased_ms && now_ms(a) - m->drain.rebased_ms < min_rtt_span_us(m) / 1000))
 		return false;
 	out = m->drain.cut_from > w->cwnd ? m->drain.cut_from - w->cwnd : 0;
@@ -673,10 +705,7 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 		enter(m, w, a, SAT_CRUISE);
 		return 0;
 	}
-	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
-	foreign = overflow ||
-		  (u64)m->f.bw_peak * queue / USEC_PER_SEC > 2ULL * w->cwnd * a->mss;
-	if (path_lengthened(m, w, a, m->drain.min_rtt - base, foreign)) {
+	if (path_lengthened(m, w, a, m->drain.min_rtt - base)) {
 		rebase(m, w, a);
 		return 0;
 	}
@@ -689,6 +718,9 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 	    (!m->drain.undrained || overflow || queue >= m->drain.left_us * 3 / 4))
 		m->drain.undrained++;
 	m->drain.left_us = queue;
+	/* More queued (at the fastest rate the link ever had) than this sender has in flight. */
+	foreign = overflow ||
+		  (u64)m->f.bw_peak * queue / USEC_PER_SEC > 2ULL * w->cwnd * a->mss;
 	/* Three drains with that evidence, not two: the first drains after a rate step meet
 	 * the queue this sender built before it, full enough to overflow beside constant-rate
 	 * traffic (seed 39's L11: 1.9 Mbit/s of UDP on a 5.1 Mbit/s link stepping to 3.6),
@@ -706,29 +738,6 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 	else
 		enter(m, w, a, SAT_DRAIN);
 	return 0;
-}
-
-/* The most of the round's losses the channel's noise explains beside `acked` deliveries:
- * the expected count, three standard deviations and two bursts. Losses in bursts of mean
- * length b (Gilbert-Elliott: rain, interference) vary far more than one by one: a round's
- * count is a Poisson number of bursts of geometric length, variance expected x (2b - 1).
- * Read as independent, a LEO link losing 1.4 % in bursts of 25 "overflowed a shallow
- * buffer" every few seconds, simulated: a 780 ms buffer taken for 3 ms, and a slack of
- * 1.5 ms that could not follow the path's RTT as it rose (the rate fell by a third). */
-SAT_FN u32 noise_bound(u32 acked, u32 noise_ppm, u32 burst)
-{
-	u32 expected = (u32)((u64)acked * noise_ppm / (USEC_PER_SEC - noise_ppm));
-
-	return expected + 3 * sat_sqrt((u32)min((u64)expected * (2 * burst - 1), 0xffffffffULL)) +
-	       2 * burst;
-}
-
-/* The channel's mean burst of losses, segments (1: independent), as the drains saw it. */
-SAT_FN u32 noise_burst(const struct sat_model *m)
-{
-	if (!m->noise.events || m->noise.lost <= m->noise.events)
-		return 1;
-	return min(m->noise.lost / m->noise.events, BURST_MAX);
 }
 
 /* The round so far lost more than the channel's noise explains, `noise_ppm` of segments:

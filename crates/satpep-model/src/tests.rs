@@ -859,33 +859,41 @@ fn the_unpaced_first_flight_meeting_a_tiny_buffer_does_not_end_the_start() {
 #[test]
 fn a_leo_handover_that_lengthens_the_path_is_no_competitor() {
     // Seed 39's L06: LEO 183 Mbit/s over 28 ms with a 204 kB buffer (9 ms) and BER 2e-7,
-    // the handover at 12 s lengthening the path to 49 ms while a slow ramp takes the rate to
-    // 101 Mbit/s and back.
-    let l = |t: f64| {
-        let rate = if t < 8.0 {
-            183e6
-        } else if t < 14.0 {
-            183e6 - (t - 8.0) / 6.0 * 82e6
-        } else if t < 18.0 {
-            101e6
-        } else if t < 24.0 {
-            101e6 + (t - 18.0) / 6.0 * 82e6
-        } else {
-            183e6
+    // a handover at 12 s lengthening the path (21 ms there; 15 to 45 ms here) while a slow
+    // ramp takes the rate to 101 Mbit/s and back. Before the longer path was told from a
+    // queue, 21 ms and more cut the rate to 15 Mbit/s and the model competed with the old
+    // base RTT (71 % of the limit after the ramp, 37 % with 45 ms).
+    for step in [0.015, 0.021, 0.045] {
+        let l = move |t: f64| {
+            let rate = if t < 8.0 {
+                183e6
+            } else if t < 14.0 {
+                183e6 - (t - 8.0) / 6.0 * 82e6
+            } else if t < 18.0 {
+                101e6
+            } else if t < 24.0 {
+                101e6 + (t - 18.0) / 6.0 * 82e6
+            } else {
+                183e6
+            };
+            Link {
+                rate_bps: rate,
+                rtt: if t < 12.0 { 0.028 } else { 0.028 + step },
+                buffer: 204_081.0,
+                loss: 0.0024,
+                burst: 1.0,
+            }
         };
-        Link {
-            rate_bps: rate,
-            rtt: if t < 12.0 { 0.028 } else { 0.049 },
-            buffer: 204_081.0,
-            loss: 0.0024,
-            burst: 1.0,
-        }
-    };
-    let mut w = Watch::new();
-    let p = run(&mut w, &l, MSS, 40.0);
-    println!("phases {:?}", w.phases);
-    let (g, q) = report("after the handover", &w.host, &p, 183e6, 26.0, 40.0);
-    assert_eq!(w.entered(Phase::Compete), None, "{:?}", w.phases);
-    assert!(g >= 0.85, "goodput {g:.3}");
-    assert!(q <= 20.0, "queue p95 {q:.1} ms");
+        let mut w = Watch::new();
+        let p = run(&mut w, &l, MSS, 40.0);
+        println!(
+            "{step} s longer: phases {:?}",
+            &w.phases[w.phases.len().saturating_sub(8)..]
+        );
+        let name = format!("{:.0} ms longer, after the ramp", step * 1e3);
+        let (g, q) = report(&name, &w.host, &p, 183e6, 26.0, 40.0);
+        assert_eq!(w.entered(Phase::Compete), None, "{step}: {:?}", w.phases);
+        assert!(g >= 0.85, "{step}: goodput {g:.3}");
+        assert!(q <= 20.0, "{step}: queue p95 {q:.1} ms");
+    }
 }

@@ -35,6 +35,31 @@ mod tests {
     use super::*;
     use crate::scenario::Scenario;
 
+    /// docs/presets/README.md indexes every preset, and every page it links to exists.
+    #[test]
+    fn every_preset_has_a_row_in_the_docs_index_and_its_pages_exist() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/presets");
+        let index = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        for name in names() {
+            let row = index
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("docs/presets/README.md has no row for `{name}`"));
+            let links: Vec<&str> = row
+                .split("](")
+                .skip(1)
+                .map(|l| l.split([')', '#']).next().unwrap())
+                .collect();
+            assert!(!links.is_empty(), "the row for `{name}` links to no page");
+            for l in links {
+                assert!(
+                    dir.join(l).is_file(),
+                    "`{name}` links to {l}, which is missing"
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_preset_parses_full_and_quick() {
         let runs = |sc: &Scenario| -> f64 {
