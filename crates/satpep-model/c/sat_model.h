@@ -42,6 +42,15 @@
  * empties the queue; the ACKs of what was sent before it, which the busy bottleneck serves
  * at its rate now, set the rate again. A queue left after the drain cuts the rate again.
  *
+ * A longer path (a LEO handover): RTTs rise at once. The drain after a reaction took
+ * segments out of flight; a queue of this sender's would have shrunk by their time, and
+ * one that shrank by less than half of it, without growing, with no loss beyond the noise
+ * and no more than the window could have queued, is the path's: the base RTT becomes the
+ * drain's lowest RTT and the rate what it was (`path_lengthened`). A path longer by less
+ * than the budget makes no reaction, but a whole round whose every queue reading stood
+ * above the slack (more than the window can queue) while it delivered under seven eighths
+ * of the model gets one drain at the model's rate that only tests for it (`stood`).
+ *
  * Rate rises: every 4 rounds the window probes half a slack above the model (PROBE); room
  * found doubles the probe, three in a row (or two full windows in which no queue reading
  * showed a quarter of the slack) restart growth at x1.5 a round, which a queue above the
@@ -167,6 +176,7 @@ struct sat_round {
 			 * raised it (what the window and the pacing followed), bytes/s */
 	u32 bw;         /* latest delivery-rate sample (START: highest), bytes/s */
 	u32 max_queue;  /* highest queue reading in it, us */
+	u32 min_queue;  /* lowest (SAT_NONE: none) */
 	u8 app_limited; /* it had too little to send */
 	u8 reacted;     /* reacted to a queue in it */
 	u8 read;        /* it had a queue reading of three samples or more */
@@ -206,6 +216,7 @@ struct sat_drain {
 	u8 undrained;     /* drains in a row that left a queue */
 	u8 after_start;   /* it follows the start: its rate samples are the link's */
 	u8 busy;          /* it follows a queue above the budget */
+	u8 testing;       /* it only tests whether the path grew (`stood`): no cut, no evidence */
 	u8 overflow;      /* since the last drain: a loss with a queue while the window held at
 			   * or below the model (another sender overflows the buffer) */
 };
@@ -554,6 +565,7 @@ SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ac
 	u32 by_rtt, measured;
 
 	m->r.reacted = 1;
+	m->drain.testing = 0;
 	if (m->phase != SAT_DRAIN) {
 		m->drain.react_queue_us = queue_us(m);
 		m->drain.react_bw = m->f.bw;
@@ -672,8 +684,10 @@ SAT_FN bool path_lengthened(const struct sat_model *m, const struct sat_window *
 	out = m->drain.cut_from > w->cwnd ? m->drain.cut_from - w->cwnd : 0;
 	expect = (u32)min((u64)out * (a->mss + FRAME_OVERHEAD) * USEC_PER_SEC / m->drain.react_bw,
 			  (u64)USEC_PER_SEC);
+	/* Grown: by more than the RTT's jitter of a millisecond, or a quarter of the mark. */
 	return expect >= 2 * queue_mark_us(m, a) && left + expect / 2 >= m->drain.react_queue_us &&
-	       max(left, queue_us(m)) <= m->drain.react_queue_us;
+	       max(left, queue_us(m)) <=
+		       m->drain.react_queue_us + max(queue_mark_us(m, a) / 4, USEC_PER_MSEC);
 }
 
 /* The base RTT is the drain's lowest now, and the rate what it was before the cuts. */
@@ -697,6 +711,24 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 	m->drain.overflow = 0;
 	m->comp.checking = 0;
 	fold_clean_noise(m);
+	/* Left more than the window's slack could queue, and not ours: the path grew. Also
+	 * within the margin: the window, sized by the old base RTT, no longer covers it. */
+	if (m->drain.min_rtt != SAT_NONE &&
+	    m->drain.min_rtt > base + slack_us(m, a) + queue_mark_us(m, a) &&
+	    path_lengthened(m, w, a, m->drain.min_rtt - base)) {
+		m->drain.testing = 0;
+		rebase(m, w, a);
+		return 0;
+	}
+	/* Only the first drain after a reaction can tell: later ones began below the rate. */
+	m->drain.react_bw = 0;
+	if (m->drain.testing) {
+		/* Not a longer path, and no reaction: as it was, and no test for a span. */
+		m->drain.testing = 0;
+		m->drain.rebased_ms = now_ms(a) | 1;
+		enter(m, w, a, SAT_CRUISE);
+		return 0;
+	}
 	if (m->drain.min_rtt == SAT_NONE || m->drain.min_rtt <= base + margin_us(m, a)) {
 		/* Drained, but a buffer that overflowed under a window this small was filled
 		 * by another sender, which backed off meanwhile: the evidence stays. */
@@ -705,12 +737,6 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 		enter(m, w, a, SAT_CRUISE);
 		return 0;
 	}
-	if (path_lengthened(m, w, a, m->drain.min_rtt - base)) {
-		rebase(m, w, a);
-		return 0;
-	}
-	/* Only the first drain after a reaction can tell: later ones began below the rate. */
-	m->drain.react_bw = 0;
 	/* A queue that shrinks from drain to drain is one the cuts are catching up with (a link
 	 * slowing step by step, as in a rain fade): no sign of another sender, unless the
 	 * buffer overflowed. */
@@ -843,7 +869,7 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	u32 bw_before = m->f.bw;
 	/* A round that filled its window (lost segments count: an overflow filled it too). */
 	bool filled = !m->r.app_limited && total >= m->r.cwnd / 2;
-	bool idle;
+	bool idle, stood;
 	u8 idle_enough;
 
 	learn_buffer(m, a);
@@ -885,6 +911,17 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	 * matched rate the slack's queue shows in every round, so no idle round comes of a
 	 * link that stepped down for good. */
 	idle_enough = below_peak(m, 4, 5) ? 1 : 2;
+	/* A queue the whole round stood above what the window can hold (its slack), and the
+	 * round delivered well under the model: the window no longer covers the path. A longer
+	 * path (a LEO handover within the budget, 15 ms on seed 39's L06) did that, and the rate
+	 * filter followed the window down for the base filter's 2 s span (126 -> 26 Mbit/s,
+	 * simulated); so did a link that slowed. A drain tells which (`path_lengthened`). */
+	stood = filled && (m->phase == SAT_CRUISE || m->phase == SAT_PROBE) && !m->r.reacted &&
+		!(m->drain.rebased_ms &&
+		  now_ms(a) - m->drain.rebased_ms < min_rtt_span_us(m) / 1000) &&
+		m->r.min_queue != SAT_NONE &&
+		m->r.min_queue > slack_us(m, a) + queue_mark_us(m, a) &&
+		sample < bw_before - bw_before / 8;
 	m->r.acked = 0;
 	m->r.lost = 0;
 	m->r.events = 0;
@@ -900,11 +937,25 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	m->r.read = 0;
 	m->r.queued = 0;
 	m->r.max_queue = 0;
+	m->r.min_queue = SAT_NONE;
 	m->grow.resumed = 0;
 	if (m->phase_rounds < 255)
 		m->phase_rounds++;
 	m->grow.idle_rounds = idle ? min(m->grow.idle_rounds + 1, 255) : 0;
 
+	if (stood) {
+		/* One drain at the model's rate tests it; a link that slowed is the usual
+		 * reactions' (the queue passes the budget), and a test that finds no longer path
+		 * leaves the model as it was (beside a competitor whose losses refuse the test,
+		 * a cut here and the drains after it made the tunnel compete at each handover
+		 * of seed 39's L06 in the lab). */
+		m->r.reacted = 1;
+		m->drain.react_queue_us = queue_us(m);
+		m->drain.react_bw = m->f.bw;
+		enter(m, w, a, SAT_DRAIN);
+		m->drain.testing = 1;
+		return 0;
+	}
 	switch (m->phase) {
 	case SAT_START:
 		if (!filled)
@@ -994,6 +1045,7 @@ SAT_STEP update_rtt(struct sat_model *m, const struct sat_ack *a)
 	if (m->f.recent.n >= 3) {
 		q = queue_us(m);
 		m->r.max_queue = max(m->r.max_queue, q);
+		m->r.min_queue = min(m->r.min_queue, q);
 	}
 	return 0;
 }

@@ -859,11 +859,13 @@ fn the_unpaced_first_flight_meeting_a_tiny_buffer_does_not_end_the_start() {
 #[test]
 fn a_leo_handover_that_lengthens_the_path_is_no_competitor() {
     // Seed 39's L06: LEO 183 Mbit/s over 28 ms with a 204 kB buffer (9 ms) and BER 2e-7,
-    // a handover at 12 s lengthening the path (21 ms there; 15 to 45 ms here) while a slow
-    // ramp takes the rate to 101 Mbit/s and back. Before the longer path was told from a
-    // queue, 21 ms and more cut the rate to 15 Mbit/s and the model competed with the old
-    // base RTT (71 % of the limit after the ramp, 37 % with 45 ms).
-    for step in [0.015, 0.021, 0.045] {
+    // a handover at 12 s lengthening the path (15-21 ms there; 10 to 60 ms here) while a
+    // slow ramp takes the rate to 101 Mbit/s and back. Before the longer path was told from
+    // a queue, 21 ms and more cut the rate to 15 Mbit/s and the model competed with the old
+    // base RTT (71 % of the limit after the ramp, 37 % with 45 ms); 10-15 ms, within the
+    // budget, let the rate filter follow the too-small window down until the base RTT
+    // filter's span passed (78 % through the handover with 15 ms).
+    for step in [0.010, 0.015, 0.021, 0.045, 0.060] {
         let l = move |t: f64| {
             let rate = if t < 8.0 {
                 183e6
@@ -890,9 +892,16 @@ fn a_leo_handover_that_lengthens_the_path_is_no_competitor() {
             "{step} s longer: phases {:?}",
             &w.phases[w.phases.len().saturating_sub(8)..]
         );
+        // 12-18 s: the link's mean rate is 105.2 Mbit/s (126 -> 101 by 14 s, then 101).
+        let name = format!("{:.0} ms longer, through the handover", step * 1e3);
+        let (through, _) = report(&name, &w.host, &p, 105.2e6, 12.0, 18.0);
         let name = format!("{:.0} ms longer, after the ramp", step * 1e3);
         let (g, q) = report(&name, &w.host, &p, 183e6, 26.0, 40.0);
         assert_eq!(w.entered(Phase::Compete), None, "{step}: {:?}", w.phases);
+        assert!(
+            through >= 0.85,
+            "{step}: goodput {through:.3} through the handover"
+        );
         assert!(g >= 0.85, "{step}: goodput {g:.3}");
         assert!(q <= 20.0, "{step}: queue p95 {q:.1} ms");
     }
