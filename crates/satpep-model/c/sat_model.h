@@ -954,6 +954,8 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 		m->drain.react_bw = m->f.bw;
 		enter(m, w, a, SAT_DRAIN);
 		m->drain.testing = 1;
+		/* Nor does its reading of the rate lower the model (`drain_reading`). */
+		m->drain.busy = 0;
 		return 0;
 	}
 	switch (m->phase) {
