@@ -212,7 +212,7 @@ struct sat_drain {
 	u32 early;        /* of `acked`, those acknowledged within a reordering window of it */
 	u32 react_queue_us; /* the queue that began the drains */
 	u32 react_bw;     /* the model's rate before they cut it, bytes/s (0: no reaction) */
-	u32 rebased_ms;   /* a drain last found the path longer (`rebase`) */
+	u32 tested_ms;    /* a drain last tested for a longer path (`path_lengthened`) */
 	u8 undrained;     /* drains in a row that left a queue */
 	u8 after_start;   /* it follows the start: its rate samples are the link's */
 	u8 busy;          /* it follows a queue above the budget */
@@ -559,6 +559,13 @@ SAT_FN void start_competing(struct sat_model *m, struct sat_window *w, const str
 	cubic_epoch(m, w, a, max(from, w->cwnd));
 }
 
+/* What began the drains, for `path_lengthened`: the queue, and the rate before any cut. */
+SAT_FN void remember_reaction(struct sat_model *m)
+{
+	m->drain.react_queue_us = queue_us(m);
+	m->drain.react_bw = m->f.bw;
+}
+
 /* The queue is too long: the rate is what the bottleneck serves now; drain the queue. */
 SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
@@ -566,10 +573,8 @@ SAT_FN void react(struct sat_model *m, struct sat_window *w, const struct sat_ac
 
 	m->r.reacted = 1;
 	m->drain.testing = 0;
-	if (m->phase != SAT_DRAIN) {
-		m->drain.react_queue_us = queue_us(m);
-		m->drain.react_bw = m->f.bw;
-	}
+	if (m->phase != SAT_DRAIN)
+		remember_reaction(m);
 	if (m->phase == SAT_START) {
 		set_bw(m, max(m->f.bw, m->r.bw));
 	} else {
@@ -653,6 +658,18 @@ SAT_FN u32 min_rtt_span_us(const struct sat_model *m)
 	return max(MIN_RTT_SPAN_US, base_us(m) * MIN_RTT_ROUNDS);
 }
 
+/* A drain tested for a longer path within the base RTT's span: no test again yet. */
+SAT_FN bool tested_lately(const struct sat_model *m, const struct sat_ack *a)
+{
+	return m->drain.tested_ms && now_ms(a) - m->drain.tested_ms < min_rtt_span_us(m) / 1000;
+}
+
+/* More queue than the window's slack can hold (and the mark's jitter above it). */
+SAT_FN u32 beyond_slack_us(const struct sat_model *m, const struct sat_ack *a)
+{
+	return slack_us(m, a) + queue_mark_us(m, a);
+}
+
 /* The path grew longer (a LEO handover, a rerouted terrestrial leg), and no queue stands: the
  * drain took segments out of flight that would have shortened a queue of this sender's by
  * `expect` at the rate before the cut, and the lowest RTT of its own segments shows the queue
@@ -678,8 +695,7 @@ SAT_FN bool path_lengthened(const struct sat_model *m, const struct sat_window *
 	    (u64)m->drain.react_bw * m->drain.react_queue_us / USEC_PER_SEC >
 		    2ULL * m->drain.cut_from * a->mss)
 		return false;
-	if (m->drain.undrained || !m->drain.react_bw || m->comp.checking ||
-	    (m->drain.rebased_ms && now_ms(a) - m->drain.rebased_ms < min_rtt_span_us(m) / 1000))
+	if (m->drain.undrained || !m->drain.react_bw || m->comp.checking || tested_lately(m, a))
 		return false;
 	out = m->drain.cut_from > w->cwnd ? m->drain.cut_from - w->cwnd : 0;
 	expect = (u32)min((u64)out * (a->mss + FRAME_OVERHEAD) * USEC_PER_SEC / m->drain.react_bw,
@@ -696,7 +712,7 @@ SAT_FN void rebase(struct sat_model *m, struct sat_window *w, const struct sat_a
 	min2_reset(&m->f.base, now_ms(a));
 	min2_update(&m->f.base, now_ms(a), m->drain.min_rtt, min_rtt_span_us(m) / 2000);
 	set_bw(m, max(m->f.bw, m->drain.react_bw));
-	m->drain.rebased_ms = now_ms(a) | 1;
+	m->drain.tested_ms = now_ms(a) | 1;
 	m->drain.undrained = 0;
 	enter(m, w, a, SAT_CRUISE);
 }
@@ -705,27 +721,26 @@ SAT_STEP end_drain(struct sat_model *m, struct sat_window *w, const struct sat_a
 {
 	SAT_ARGS(m && w && a);
 	u32 base = base_us(m), queue = queue_us(m), by_rtt;
-	bool overflow = m->drain.overflow, foreign;
+	bool overflow = m->drain.overflow, testing = m->drain.testing, foreign;
 
 	m->drain.ended_ms = now_ms(a);
 	m->drain.overflow = 0;
+	m->drain.testing = 0;
 	m->comp.checking = 0;
 	fold_clean_noise(m);
 	/* Left more than the window's slack could queue, and not ours: the path grew. Also
 	 * within the margin: the window, sized by the old base RTT, no longer covers it. */
 	if (m->drain.min_rtt != SAT_NONE &&
-	    m->drain.min_rtt > base + slack_us(m, a) + queue_mark_us(m, a) &&
+	    m->drain.min_rtt > base + beyond_slack_us(m, a) &&
 	    path_lengthened(m, w, a, m->drain.min_rtt - base)) {
-		m->drain.testing = 0;
 		rebase(m, w, a);
 		return 0;
 	}
 	/* Only the first drain after a reaction can tell: later ones began below the rate. */
 	m->drain.react_bw = 0;
-	if (m->drain.testing) {
+	if (testing) {
 		/* Not a longer path, and no reaction: as it was, and no test for a span. */
-		m->drain.testing = 0;
-		m->drain.rebased_ms = now_ms(a) | 1;
+		m->drain.tested_ms = now_ms(a) | 1;
 		enter(m, w, a, SAT_CRUISE);
 		return 0;
 	}
@@ -917,10 +932,8 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 	 * filter followed the window down for the base filter's 2 s span (126 -> 26 Mbit/s,
 	 * simulated); so did a link that slowed. A drain tells which (`path_lengthened`). */
 	stood = filled && (m->phase == SAT_CRUISE || m->phase == SAT_PROBE) && !m->r.reacted &&
-		!(m->drain.rebased_ms &&
-		  now_ms(a) - m->drain.rebased_ms < min_rtt_span_us(m) / 1000) &&
-		m->r.min_queue != SAT_NONE &&
-		m->r.min_queue > slack_us(m, a) + queue_mark_us(m, a) &&
+		!tested_lately(m, a) && m->r.min_queue != SAT_NONE &&
+		m->r.min_queue > beyond_slack_us(m, a) &&
 		sample < bw_before - bw_before / 8;
 	m->r.acked = 0;
 	m->r.lost = 0;
@@ -949,13 +962,12 @@ SAT_STEP end_round(struct sat_model *m, struct sat_window *w, const struct sat_a
 		 * leaves the model as it was (beside a competitor whose losses refuse the test,
 		 * a cut here and the drains after it made the tunnel compete at each handover
 		 * of seed 39's L06 in the lab). */
-		m->r.reacted = 1;
-		m->drain.react_queue_us = queue_us(m);
-		m->drain.react_bw = m->f.bw;
+		remember_reaction(m);
+		/* Entered before the round counts as reacted: not `busy`, so its reading of the
+		 * rate lowers nothing either (`drain_reading`). */
 		enter(m, w, a, SAT_DRAIN);
+		m->r.reacted = 1;
 		m->drain.testing = 1;
-		/* Nor does its reading of the rate lower the model (`drain_reading`). */
-		m->drain.busy = 0;
 		return 0;
 	}
 	switch (m->phase) {
