@@ -530,6 +530,30 @@ mod tests {
         );
     }
 
+    /// Steady state begins after a drawn link's start-up bound where that is later than the
+    /// warm-up (at most half the run): seed 39's L02, an upload at 50 Mbit/s over 621 ms,
+    /// from 8 s; links whose start ends sooner keep the scenario's 5 s.
+    #[test]
+    fn a_long_start_is_not_read_as_steady_state() {
+        use crate::scenario::Scenario;
+        let text = "name = \"c\"\nseed = 39\nduration = \"20s\"\nwarmup = \"5s\"\n[[part]]\nname = \"p\"\ndraw = { links = 12 }\n[[part.config]]\nname = \"e2e\"\n";
+        let sc = Scenario::parse(text, false).unwrap();
+        let drawn = &sc.parts[0].drawn;
+        let warm = |name: &str| {
+            let i = drawn.iter().position(|l| l.name == name).unwrap();
+            sc.cells[i].spec.warmup_s()
+        };
+        assert_eq!(drawn[1].load, Load::Upload, "{}", drawn[1].about());
+        assert_eq!(warm("L02"), 8.0);
+        let mut kept = 0;
+        for c in &sc.cells {
+            let w = c.spec.warmup_s();
+            assert!((5.0..=10.0).contains(&w), "{w}");
+            kept += usize::from(w == 5.0);
+        }
+        assert!(kept >= 8, "{kept} of 12 links kept the warm-up");
+    }
+
     /// A drawn part with two configurations beside a plain part with one.
     const TWO_PARTS: &str = r#"
 name = "c"

@@ -367,7 +367,7 @@ pub fn section(
     }
     doc.table(
         3,
-        "each configuration over the links: goodput % of the physical limit (steady: after the warm-up; from the first byte: the whole run), against the best end-to-end configuration on the same link, queueing delay p95 within the bound, share beside a competing flow and what the competitor keeps of what it delivers beside its own kind (end-to-end, its controller on both flows), lone transfers at 90 % of the limit within the start-up bound (log2(BDP ÷ 10 segments) + 3 round trips; + 1 round trip: iperf3's start), read as the start of the first second at 90 % of the limit on the receiver's 0.1 s intervals",
+        "each configuration over the links: goodput % of the physical limit (steady: after the warm-up, or after the link's start-up bound where that is later; from the first byte: the whole run), against the best end-to-end configuration on the same link, queueing delay p95 within the bound, share beside a competing flow and what the competitor keeps of what it delivers beside its own kind (end-to-end, its controller on both flows), lone transfers at 90 % of the limit within the start-up bound (log2(BDP ÷ 10 segments) + 3 round trips; + 1 round trip: iperf3's start), read as the start of the first second at 90 % of the limit on the receiver's 0.1 s intervals",
         &Table {
             header: [
                 "configuration",
