@@ -558,6 +558,10 @@ fn proxy_file(
     f.intercept.exclude_destinations = f.intercept.exclude_sources.clone();
     let p = &mut f.proxy;
     p.satellite_side = if gateway { "downstream" } else { "upstream" }.into();
+    // A split gateway's shared carrier is the gateway's alone.
+    if !gateway {
+        p.carrier = None;
+    }
     if let Some(m) = pep.max_connections.or(spliced_limit) {
         p.max_connections = m;
     }

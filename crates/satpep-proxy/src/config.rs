@@ -112,33 +112,78 @@ pub struct TerminalShareFile {
     pub mir: Option<String>,
     /// Its link's rate (modulation and coding), for sharing time (default: the carrier's).
     pub rate: Option<String>,
+    /// A split gateway's (`[proxy.carrier]`): the client subnets behind this terminal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subnets: Option<Vec<String>>,
 }
 
 impl CarrierFile {
+    /// A tunnel gateway's carrier (`[tunnel.carrier]`: terminals by certificate name).
     fn resolve(&self) -> Result<satpep_tunnel::hub::Carrier, String> {
+        if let Some(name) = self
+            .terminal
+            .iter()
+            .find(|(_, t)| t.subnets.is_some())
+            .map(|(n, _)| n)
+        {
+            return Err(format!(
+                "tunnel.carrier.terminal.{name}.subnets: a tunnel's terminal is known by its certificate name (subnets are for a split gateway's [proxy.carrier])"
+            ));
+        }
+        self.resolve_at("tunnel.carrier")
+    }
+
+    /// A split gateway's carrier (`[proxy.carrier]`: terminals by their client subnets).
+    fn resolve_split(&self) -> Result<crate::share::SplitCarrier, String> {
+        let carrier = self.resolve_at("proxy.carrier")?;
+        let mut subnets: Vec<(IpNet, String)> = Vec::new();
+        for (name, t) in &self.terminal {
+            let key = format!("proxy.carrier.terminal.{name}.subnets");
+            let list = match &t.subnets {
+                Some(l) if !l.is_empty() => l,
+                _ => {
+                    return Err(format!(
+                        "{key}: missing: the client subnets behind this terminal, e.g. [\"198.18.1.0/24\"]"
+                    ))
+                }
+            };
+            for net in nets(&key, list)? {
+                if let Some((_, other)) = subnets.iter().find(|(n, _)| *n == net) {
+                    return Err(format!("{key}: {net} is also {other}'s"));
+                }
+                subnets.push((net, name.clone()));
+            }
+        }
+        Ok(crate::share::SplitCarrier { carrier, subnets })
+    }
+
+    fn resolve_at(&self, at: &str) -> Result<satpep_tunnel::hub::Carrier, String> {
         let rate = |key: &str, v: &str| -> Result<u64, String> {
-            let bps = parse_rate(v).map_err(|e| format!("tunnel.carrier.{key}: {e}"))?;
+            let bps = parse_rate(v).map_err(|e| format!("{at}.{key}: {e}"))?;
             if bps < 1e3 {
-                return Err(format!("tunnel.carrier.{key}: {v} is below 1 kbit/s"));
+                return Err(format!("{at}.{key}: {v} is below 1 kbit/s"));
             }
             Ok(satpep_tunnel::hub::payload_bytes_per_s(bps))
         };
         let total = match self.rate.as_deref() {
             Some(r) => rate("rate", r)?,
             None => {
-                return Err(
-                    "tunnel.carrier.rate: missing: the rate shared, e.g. \"200Mbit\"".into(),
-                )
+                return Err(format!(
+                    "{at}.rate: missing: the rate shared, e.g. \"200Mbit\""
+                ))
             }
         };
         let by = satpep_tunnel::hub::ShareBy::parse(self.share.as_deref().unwrap_or("time"))
-            .map_err(|e| format!("tunnel.carrier.share: {e}"))?;
+            .map_err(|e| format!("{at}.share: {e}"))?;
         let mut terminals = Vec::new();
         for (name, t) in &self.terminal {
             if !satpep_tunnel::keys::valid_name(name) {
-                return Err(format!(
-                    "tunnel.carrier.terminal.{name}: not a certificate name"
-                ));
+                let what = if at.starts_with("tunnel") {
+                    "a certificate name"
+                } else {
+                    "a terminal name (letters, digits and '-', in labels split by '.')"
+                };
+                return Err(format!("{at}.terminal.{name}: not {what}"));
             }
             let key = |k: &str| format!("terminal.{name}.{k}");
             let opt = |k: &str, v: &Option<String>| -> Result<u64, String> {
@@ -147,7 +192,7 @@ impl CarrierFile {
             let weight = t.weight.unwrap_or(1.0);
             if !(weight.is_finite() && weight > 0.0 && weight <= 1e6) {
                 return Err(format!(
-                    "tunnel.carrier.{}: {weight}: a weight is above 0 and at most 1000000",
+                    "{at}.{}: {weight}: a weight is above 0 and at most 1000000",
                     key("weight")
                 ));
             }
@@ -159,7 +204,7 @@ impl CarrierFile {
             };
             if share.mir > 0 && share.cir > share.mir {
                 return Err(format!(
-                    "tunnel.carrier.{}: the committed rate is above the maximum",
+                    "{at}.{}: the committed rate is above the maximum",
                     key("cir")
                 ));
             }
@@ -576,6 +621,10 @@ pub struct ProxySection {
     /// bypassed, bytes each way), when anything happened; lines per connection are at
     /// debug (target `satpep::connection`). "0s" turns it off.
     pub log_summary: String,
+    /// A split gateway's forward carrier shared among its terminals (a hub), as a tunnel
+    /// gateway's `[tunnel.carrier]`, each named terminal with its client `subnets`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<CarrierFile>,
 }
 
 impl Default for ProxySection {
@@ -600,6 +649,7 @@ impl Default for ProxySection {
             idle_timeout: "0s".into(),
             drain: "30s".into(),
             log_summary: "1min".into(),
+            carrier: None,
         }
     }
 }
@@ -750,6 +800,8 @@ pub struct ProxyConfig {
     pub drain: Option<std::time::Duration>,
     /// How often the summary line is logged (`None`: never).
     pub log_summary: Option<std::time::Duration>,
+    /// A split gateway's shared forward carrier (`proxy.carrier`).
+    pub carrier: Option<std::sync::Arc<crate::share::SplitCarrier>>,
     /// Satellite leg.
     pub satellite: Leg,
     /// Terrestrial leg.
@@ -973,6 +1025,16 @@ impl ProxyFile {
         let idle_timeout = timeout("idle_timeout", &p.idle_timeout, 1)?;
         let drain = timeout("drain", &p.drain, 1)?;
         let log_summary = timeout("log_summary", &p.log_summary, 1)?;
+        let carrier = match &p.carrier {
+            None => None,
+            Some(_) if satellite_upstream => {
+                return Err("proxy.carrier: only a gateway shares a carrier (proxy.satellite_side = \"downstream\")".into())
+            }
+            Some(_) if self.tunnel.is_some() => {
+                return Err("proxy.carrier: a split gateway's; a tunnel gateway shares its carrier with [tunnel.carrier]".into())
+            }
+            Some(c) => Some(std::sync::Arc::new(c.resolve_split()?)),
+        };
         Ok(ProxyConfig {
             interfaces: i.interfaces.clone(),
             sources: nets("intercept.sources", &i.sources)?,
@@ -996,6 +1058,7 @@ impl ProxyFile {
             idle_timeout,
             drain,
             log_summary,
+            carrier,
             metrics: if p.metrics.is_empty() {
                 None
             } else {
@@ -1294,10 +1357,64 @@ mod tests {
                 "tunnel.carrier.terminal.t2.mir:",
             ),
             ("[tunnel]\nrole='gateway'\nspeed=5", "speed"),
+            (
+                "[tunnel]\nrole='gateway'\n[tunnel.carrier]\nrate='1Mbit'\n[tunnel.carrier.terminal.t2]\nsubnets=['198.18.1.0/24']",
+                "tunnel.carrier.terminal.t2.subnets: a tunnel's terminal is known by its certificate name",
+            ),
+            (
+                "[proxy.carrier]\nrate='1Mbit'",
+                "proxy.carrier: only a gateway shares a carrier",
+            ),
+            (
+                "[proxy]\nsatellite_side='downstream'\n[proxy.carrier]\nshare='time'",
+                "proxy.carrier.rate: missing",
+            ),
+            (
+                "[proxy]\nsatellite_side='downstream'\n[proxy.carrier]\nrate='1Mbit'\nshare='air'",
+                "proxy.carrier.share: 'air': time or bits",
+            ),
+            (
+                "[proxy]\nsatellite_side='downstream'\n[proxy.carrier]\nrate='1Mbit'\n[proxy.carrier.terminal.t2]\nweight=2",
+                "proxy.carrier.terminal.t2.subnets: missing",
+            ),
+            (
+                "[proxy]\nsatellite_side='downstream'\n[proxy.carrier]\nrate='1Mbit'\n[proxy.carrier.terminal.t2]\nsubnets=['near']",
+                "proxy.carrier.terminal.t2.subnets: 'near' is not an IP prefix",
+            ),
+            (
+                "[proxy]\nsatellite_side='downstream'\n[proxy.carrier]\nrate='1Mbit'\n[proxy.carrier.terminal.t2]\nsubnets=['198.18.1.0/24']\n[proxy.carrier.terminal.t3]\nsubnets=['198.18.1.0/24']",
+                "proxy.carrier.terminal.t3.subnets: 198.18.1.0/24 is also t2's",
+            ),
+            (
+                "[proxy]\nsatellite_side='downstream'\n[proxy.carrier]\nrate='1Mbit'\n[proxy.carrier.terminal.t2]\nsubnets=['198.18.1.0/24']\nmir='lots'",
+                "proxy.carrier.terminal.t2.mir:",
+            ),
         ] {
             let e = cfg(t).unwrap_err();
             assert!(e.contains(key), "{t}: {e}");
         }
+    }
+
+    #[test]
+    fn a_split_gateway_shares_its_carrier_among_terminals_by_client_subnet() {
+        let c = cfg("[proxy]\nsatellite_side='downstream'\n[proxy.carrier]\nrate='30Mbit'\nshare='bits'\n[proxy.carrier.terminal.t2]\nweight=2\nsubnets=['198.19.2.0/24', '2001:2:0:102::/64']\n").unwrap();
+        let c = c.carrier.expect("a carrier");
+        assert_eq!(
+            c.carrier.rate,
+            satpep_tunnel::hub::payload_bytes_per_s(30e6)
+        );
+        assert_eq!(c.carrier.by, satpep_tunnel::hub::ShareBy::Bits);
+        assert_eq!(c.carrier.terminal("t2").weight, 2.0);
+        assert_eq!(c.terminal_of("198.19.2.2".parse().unwrap()), "t2");
+        assert_eq!(c.terminal_of("2001:2:0:102::2".parse().unwrap()), "t2");
+        assert_eq!(
+            c.terminal_of("198.18.1.2".parse().unwrap()),
+            "198.18.1.0/24"
+        );
+        assert!(cfg("[proxy]\nsatellite_side='downstream'\n")
+            .unwrap()
+            .carrier
+            .is_none());
     }
 
     /// The first ```toml block after `after` in `doc`.

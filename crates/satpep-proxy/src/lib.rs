@@ -21,6 +21,7 @@ pub mod registry;
 pub mod relay;
 pub mod routes;
 pub mod server;
+pub mod share;
 pub mod sockets;
 pub mod tcpinfo;
 pub mod tunnel;

@@ -257,21 +257,35 @@ fn with_selection(old: &ProxyConfig, new: &ProxyConfig) -> ProxyConfig {
     c
 }
 
+/// Where a reload applies what it may change without a restart.
+pub struct Reloadable {
+    /// Where the accept loop reads the legs new connections get (`None`: a tunnel gateway,
+    /// whose leg changes wait for a restart).
+    pub legs: Option<tokio::sync::watch::Sender<Legs>>,
+    /// Where a tunnel gateway reads what it admits (read again at every reload: the
+    /// revocation list's file may have changed when the configuration did not).
+    pub admission: Option<tokio::sync::watch::Sender<Arc<satpep_tunnel::admission::Admission>>>,
+    /// A tunnel gateway's socket, which shares the carrier a reload sets.
+    pub carrier: Option<Arc<satpep_tunnel::pacing::PacedSocket>>,
+    /// Where a split gateway's sharing reads its carrier (`proxy.carrier`).
+    pub split_carrier: Option<tokio::sync::watch::Sender<Option<Arc<crate::share::SplitCarrier>>>>,
+}
+
 /// Runs until aborted: checks the rules every [`CHECK_EVERY`] and applies reloads. `cfg` is
 /// the configuration the rules were installed from (with the satellite controller it
-/// resolved); `legs`, where the accept loop reads the legs new connections get (`None`: a
-/// tunnel gateway, whose leg changes wait for a restart); `admission`, where a tunnel
-/// gateway reads what it admits (read again at every reload: the revocation list's file may
-/// have changed when the configuration did not); `carrier`, a tunnel gateway's socket, which
-/// shares the carrier a reload sets.
+/// resolved); `to`, where what a reload changes is applied.
 pub async fn keep(
     mut cfg: ProxyConfig,
     reg: Arc<Registry>,
     mut reload: UnboundedReceiver<Reload>,
-    legs: Option<tokio::sync::watch::Sender<Legs>>,
-    admission: Option<tokio::sync::watch::Sender<Arc<satpep_tunnel::admission::Admission>>>,
-    carrier: Option<Arc<satpep_tunnel::pacing::PacedSocket>>,
+    to: Reloadable,
 ) {
+    let Reloadable {
+        legs,
+        admission,
+        carrier,
+        split_carrier,
+    } = to;
     let k = &reg.counters;
     k.interception_installed.store(1, Relaxed);
     let mut tick = tokio::time::interval(CHECK_EVERY);
@@ -376,6 +390,13 @@ pub async fn keep(
                                     changes.push("tunnel carrier".into());
                                     sock.share_carrier(t.carrier.clone());
                                     old.carrier = t.carrier.clone();
+                                }
+                            }
+                            if let Some(tx) = &split_carrier {
+                                if cfg.carrier != new.carrier {
+                                    changes.push("proxy carrier".into());
+                                    tx.send_replace(new.carrier.clone());
+                                    cfg.carrier = new.carrier.clone();
                                 }
                             }
                             info!(interception_changed = changed, changes = %changes.join(", "), "configuration reloaded");

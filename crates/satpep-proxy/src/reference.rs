@@ -94,6 +94,7 @@ pub fn keys() -> Vec<Key> {
         d("proxy", "idle_timeout", pv("idle_timeout"), "reset connections idle this long (\"0s\": never)"),
         d("proxy", "drain", pv("drain"), "on stop, live connections may finish this long (the unit's TimeoutStopSec must be longer)"),
         d("proxy", "log_summary", pv("log_summary"), "one info line per interval summing it up (\"0s\": off)"),
+        e("proxy", "carrier", "{ rate = \"200Mbit\", share = \"time\", terminal = { terminal-17 = { subnets = [\"198.19.17.0/24\"], weight = 2, cir = \"5Mbit\", mir = \"50Mbit\", rate = \"100Mbit\" } } }".into(), "a split gateway's (satellite_side = \"downstream\"): one forward carrier shared among its terminals, as [tunnel.carrier], each named terminal known by its client subnets (also written as [proxy.carrier] and [proxy.carrier.terminal.NAME]); clients in no listed subnet form one terminal per /24 (IPv4) or /64 (IPv6), weight 1; applied as each connection's pacing ceiling every 50 ms; default: none; a reload applies a change"),
     ];
     for leg in ["satellite", "terrestrial"] {
         let sat = leg == "satellite";

@@ -275,13 +275,27 @@ async fn intercept(
         stopping: std::sync::atomic::AtomicBool::new(false),
     });
     let sampler = sample_memory(admission.clone(), registry.clone());
+    // A split gateway shares its carrier when configured to (a reload may start or stop it).
+    let (carrier_tx, sharing) = if cfg.tunnel.is_none() && !cfg.satellite_upstream {
+        if cfg.carrier.is_some() {
+            crate::share::check_kernel();
+            info!("split gateway shares one carrier among its terminals");
+        }
+        let (tx, rx) = tokio::sync::watch::channel(cfg.carrier.clone());
+        (Some(tx), Some(crate::share::spawn(registry.clone(), rx)))
+    } else {
+        (None, None)
+    };
     let keeper = tokio::spawn(crate::lifecycle::keep(
         cfg.clone(),
         registry.clone(),
         reload,
-        Some(legs_tx),
-        None,
-        None,
+        crate::lifecycle::Reloadable {
+            legs: Some(legs_tx),
+            admission: None,
+            carrier: None,
+            split_carrier: carrier_tx,
+        },
     ));
     let cfg = Arc::new(cfg);
     let adaptive = cfg
@@ -315,6 +329,9 @@ async fn intercept(
     }
     sampler.abort();
     keeper.abort();
+    if let Some(s) = sharing {
+        s.abort();
+    }
     if let Some(w) = watchdog {
         w.abort();
     }
@@ -939,9 +956,12 @@ async fn gateway(
         cfg.clone(),
         registry.clone(),
         reload,
-        None,
-        Some(admission_tx),
-        Some(ep.paced()),
+        crate::lifecycle::Reloadable {
+            legs: None,
+            admission: Some(admission_tx),
+            carrier: Some(ep.paced()),
+            split_carrier: None,
+        },
     ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
     let idle = sweep_idle(registry.clone(), cfg.idle_timeout);

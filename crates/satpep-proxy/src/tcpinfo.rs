@@ -273,6 +273,30 @@ pub fn flow(fd: RawFd) -> Option<FlowInfo> {
     })
 }
 
+/// What a shared carrier reads of one satellite leg (`crate::share`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendInfo {
+    /// Bytes the peer acknowledged so far.
+    pub bytes_acked: u64,
+    /// Segments sent and not yet acknowledged.
+    pub unacked: u32,
+    /// Written and not yet sent, bytes.
+    pub notsent: u64,
+    /// Send MSS, bytes.
+    pub mss: u32,
+}
+
+/// Reads what a shared carrier needs from `TCP_INFO`; `None` if `fd` is not a TCP socket.
+pub fn sending(fd: RawFd) -> Option<SendInfo> {
+    let (t, _) = raw(fd)?;
+    Some(SendInfo {
+        bytes_acked: t.bytes_acked,
+        unacked: t.unacked,
+        notsent: t.notsent_bytes as u64,
+        mss: t.snd_mss.max(1),
+    })
+}
+
 /// Reads `TCP_INFO` of socket `fd`; `None` if it is not a TCP socket any more.
 pub fn read(fd: RawFd) -> Option<LegInfo> {
     let (t, len) = raw(fd)?;

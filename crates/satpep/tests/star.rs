@@ -243,59 +243,11 @@ fn a_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
         "[forward]\nrate='30Mbit'\ndelay='15ms'\n[return]\nrate='10Mbit'\ndelay='15ms'\n",
         Some(pep),
     );
-    let got = downloads(&lab, 10, 4.0);
-    let q = lab.link_stats().unwrap().forward;
-    eprintln!(
-        "goodput {got:?} Mbit/s; forward queue p50 {} ms, p99 {} ms",
-        q.queue_delay_p50_ms, q.queue_delay_p99_ms
-    );
-    let [(g1, _), (g2, _), (g3, _)] = got[..] else {
-        panic!("{got:?}")
-    };
-    // 3 Mbit/s of carrier, 1472 of every 1514 bytes UDP payload, less QUIC's and the
-    // flows' framing.
-    assert!(
-        (2.0..=3.0).contains(&g3),
-        "terminal3 beyond its maximum: {got:?}"
-    );
-    let ratio = g2 / g1;
-    assert!(
-        (1.6..=2.4).contains(&ratio),
-        "weights 1 : 2 gave {ratio:.2}: {got:?}"
-    );
-    let total = g1 + g2 + g3;
-    assert!(
-        total >= 0.8 * 30.0 * 1448.0 / 1514.0,
-        "the carrier was left idle: {got:?}"
-    );
-    let log = lab.node_proxy_log("gateway");
-    assert!(log.contains("shares one carrier"), "{log}");
-
-    // A reload moves the weight of 2 from terminal2 to terminal, live.
-    let file = satpep_lab::topology::state_dir(&lab.name).join("proxy-gateway.toml");
-    let mut f =
-        satpep_proxy::config::ProxyFile::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    let c = f.tunnel.as_mut().unwrap().carrier.as_mut().unwrap();
-    let w = c.terminal.remove("terminal2").unwrap();
-    c.terminal.insert("terminal".into(), w);
-    std::fs::write(&file, toml::to_string(&f).unwrap()).unwrap();
-    // SAFETY: signalling the lab's gateway proxy.
-    unsafe { libc::kill(proxy_pid(&lab, "gateway"), libc::SIGHUP) };
-    let applied = (0..50).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        lab.node_proxy_log("gateway").contains("tunnel carrier")
+    weights_then_reload(&lab, "tunnel carrier", |f| {
+        let c = f.tunnel.as_mut().unwrap().carrier.as_mut().unwrap();
+        let w = c.terminal.remove("terminal2").unwrap();
+        c.terminal.insert("terminal".into(), w);
     });
-    assert!(applied, "{}", lab.node_proxy_log("gateway"));
-    let got = downloads(&lab, 8, 3.0);
-    eprintln!("after the reload: goodput {got:?} Mbit/s");
-    let ratio = got[0].0 / got[1].0;
-    assert!(
-        (1.6..=2.4).contains(&ratio),
-        "weights 2 : 1 gave {ratio:.2}: {got:?}"
-    );
-    assert!(!lab
-        .node_proxy_log("gateway")
-        .contains("take effect at the next start"));
 }
 
 /// Shared in time: terminal3's link is faded to a quarter of the carrier's rate, and the
@@ -387,4 +339,99 @@ fn a_committed_rate_holds_against_the_weights() {
             k + 1
         );
     }
+}
+
+/// Split mode: the gateway's `[proxy.carrier]` shares a 30 Mbit/s carrier among the
+/// terminals' connections by weight (terminal2 weighs 2; terminal3 may have 3 Mbit/s at
+/// most; terminal's clients, in no listed subnet, form a terminal of their own), through each
+/// connection's pacing ceiling. A reload moves the weight of 2 to terminal.
+#[test]
+fn a_split_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
+    let (t1, t2, t3) = (site(1), site(2), site(3));
+    let carrier = format!(
+        "rate = '30Mbit'\nshare = 'bits'\n\
+         [terminal.terminal2]\nweight = 2\nsubnets = ['{}']\n\
+         [terminal.terminal3]\nmir = '3Mbit'\nsubnets = ['{}']\n",
+        t2.client_net_v4, t3.client_net_v4
+    );
+    let mut pep = Pep::default();
+    pep.file.proxy.carrier = Some(toml::from_str(&carrier).unwrap());
+    let lab = star(
+        "starsplit",
+        3,
+        "[forward]\nrate='30Mbit'\ndelay='15ms'\n[return]\nrate='10Mbit'\ndelay='15ms'\n",
+        Some(pep),
+    );
+    assert!(!lab
+        .node_proxy_log("terminal")
+        .contains("shares one carrier"));
+    let t1 = t1.client_net_v4;
+    weights_then_reload(&lab, "proxy carrier", move |f| {
+        let c = f.proxy.carrier.as_mut().unwrap();
+        let mut w = c.terminal.remove("terminal2").unwrap();
+        w.subnets = Some(vec![t1]);
+        c.terminal.insert("terminal".into(), w);
+    });
+}
+
+/// The carrier of 30 Mbit/s shared by weight (terminal2 weighs 2, terminal3 may have 3
+/// Mbit/s at most): with all three busy, terminal3 gets its maximum and the other two share
+/// the rest 1 : 2, with the satellite's queue short (the gateway holds what would queue
+/// there). Then `move_weight` edits the gateway's configuration to give the weight of 2 to
+/// terminal instead, a reload applies it live (its log says `applied`), and terminal gets
+/// twice terminal2's.
+fn weights_then_reload(
+    lab: &Lab,
+    applied: &str,
+    move_weight: impl FnOnce(&mut satpep_proxy::config::ProxyFile),
+) {
+    let got = downloads(lab, 10, 4.0);
+    let q = lab.link_stats().unwrap().forward;
+    eprintln!(
+        "goodput {got:?} Mbit/s; forward queue p50 {} ms, p99 {} ms",
+        q.queue_delay_p50_ms, q.queue_delay_p99_ms
+    );
+    let [(g1, _), (g2, _), (g3, _)] = got[..] else {
+        panic!("{got:?}")
+    };
+    // 3 Mbit/s of carrier, less the headers and the framing.
+    assert!(
+        (2.0..=3.0).contains(&g3),
+        "terminal3 beyond its maximum: {got:?}"
+    );
+    let ratio = g2 / g1;
+    assert!(
+        (1.6..=2.4).contains(&ratio),
+        "weights 1 : 2 gave {ratio:.2}: {got:?}"
+    );
+    let total = g1 + g2 + g3;
+    assert!(
+        total >= 0.8 * 30.0 * 1448.0 / 1514.0,
+        "the carrier was left idle: {got:?}"
+    );
+    let log = lab.node_proxy_log("gateway");
+    assert!(log.contains("shares one carrier"), "{log}");
+
+    let file = satpep_lab::topology::state_dir(&lab.name).join("proxy-gateway.toml");
+    let mut f =
+        satpep_proxy::config::ProxyFile::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    move_weight(&mut f);
+    std::fs::write(&file, toml::to_string(&f).unwrap()).unwrap();
+    // SAFETY: signalling the lab's gateway proxy.
+    unsafe { libc::kill(proxy_pid(lab, "gateway"), libc::SIGHUP) };
+    let reloaded = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        lab.node_proxy_log("gateway").contains(applied)
+    });
+    assert!(reloaded, "{}", lab.node_proxy_log("gateway"));
+    let got = downloads(lab, 8, 3.0);
+    eprintln!("after the reload: goodput {got:?} Mbit/s");
+    let ratio = got[0].0 / got[1].0;
+    assert!(
+        (1.6..=2.4).contains(&ratio),
+        "weights 2 : 1 gave {ratio:.2}: {got:?}"
+    );
+    assert!(!lab
+        .node_proxy_log("gateway")
+        .contains("take effect at the next start"));
 }
