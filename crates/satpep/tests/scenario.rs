@@ -81,6 +81,8 @@ fn bad_scenarios_are_refused_with_the_key_named() {
         ("[pep]\nconfig = { proxy = { idle_timeout = \"90s\" } }\n", "pep.config: there is no proxy to configure"),
         ("[pep]\nmode = \"split\"\nconfig = { proxy = { bogus = 1 } }\n", "pep.config.proxy.bogus: unknown field `bogus`"),
         ("[pep]\nmode = \"split\"\nconfig = { satellite = { buffer = \"lots\" } }\n", "satellite.buffer"),
+        ("[pep]\nmode = \"tunnel\"\nconfig = { proxy = { carrier = { rate = \"1Mbit\" } } }\n", "pep.config: proxy.carrier: a split gateway's"),
+        ("[pep]\nmode = \"split\"\nconfig = { proxy = { carrier = { rate = \"1Mbit\", terminal = { t2 = { weight = 2.0 } } } } }\n", "proxy.carrier.terminal.t2.subnets: missing"),
         ("[[part]]\nname = \"d\"\ndraw = { links = 2 }\n", "draw.links = 2"),
         ("[[part]]\nname = \"d\"\ndraw = { links = 5, bogus = 1 }\n", "draw: unknown field `bogus`"),
         ("[[sweep]]\nparam = \".\"\nvalues = [1]\n", "each value must be a table"),

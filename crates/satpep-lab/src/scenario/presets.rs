@@ -108,13 +108,12 @@ mod tests {
             let sc = Scenario::parse(get("hub").unwrap(), quick).unwrap();
             let mut shared = 0;
             for c in &sc.cells {
-                let Some(told) = c
-                    .spec
-                    .pep
-                    .config
+                let pc = &c.spec.pep.config;
+                let Some(told) = pc
                     .tunnel
                     .as_ref()
                     .and_then(|t| t.carrier.as_ref())
+                    .or(pc.proxy.carrier.as_ref())
                     .and_then(|c| c.rate.as_deref())
                 else {
                     continue;
@@ -129,7 +128,7 @@ mod tests {
                 );
                 shared += 1;
             }
-            assert!(shared >= 5, "{shared} shared-carrier cells");
+            assert!(shared >= 9, "{shared} shared-carrier cells");
         }
     }
 

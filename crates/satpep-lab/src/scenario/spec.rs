@@ -633,6 +633,14 @@ impl CellSpec {
             // section's keys when the lab has set the tunnel's ends, at start).
             let mut c = p.config.clone();
             c.tunnel = None;
+            if c.proxy.carrier.is_some() {
+                if pep.as_ref().is_some_and(|p| p.tunnel.is_some()) {
+                    return Err("pep.config: proxy.carrier: a split gateway's; a tunnel gateway shares its carrier with tunnel.carrier".into());
+                }
+                // As the gateway reads it: the lab puts its satellite downstream, and keeps
+                // the carrier off the terminals.
+                c.proxy.satellite_side = "downstream".into();
+            }
             let text = toml::to_string(&c).map_err(|e| format!("pep.config: {e}"))?;
             satpep_proxy::config::ProxyFile::parse(&text)
                 .and_then(|f| f.resolve())

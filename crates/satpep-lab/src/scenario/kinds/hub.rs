@@ -3,7 +3,8 @@
 //! downloads from the server with `flows` TCP connections (one iperf3 test, `-P`) for the
 //! cell's duration, and pings the server every 200 ms (its queueing delay). The run's goodput
 //! is the whole carrier's after the warm-up, judged against the carrier's limit as the
-//! operator's policy shares it (`pep.config.tunnel.carrier`: weights, time or bits), with
+//! operator's policy shares it (`pep.config.tunnel.carrier` or `pep.config.proxy.carrier`:
+//! weights, time or bits), with
 //! Jain's index across the terminals busy throughout, each one's goodput taken relative to its
 //! share, and the gateway proxy's memory and CPU per terminal and per flow.
 
@@ -372,15 +373,17 @@ impl Hub {
         self.busy.unwrap_or(cell.star.terminals)
     }
 
-    /// The carrier's policy from the gateway's settings: (what is shared, the weight of
-    /// terminal `name`).
+    /// The carrier's policy from the gateway's settings (a tunnel gateway's or a split
+    /// gateway's, whose terminals the scenario names as the lab does): (what is shared, the
+    /// weight of terminal `name`).
     fn policy(cell: &CellSpec) -> (ShareBy, impl Fn(&str) -> f64 + '_) {
         let carrier = cell
             .pep
             .config
             .tunnel
             .as_ref()
-            .and_then(|t| t.carrier.as_ref());
+            .and_then(|t| t.carrier.as_ref())
+            .or(cell.pep.config.proxy.carrier.as_ref());
         // Checked with the cell (the proxies' configuration is).
         let share = carrier
             .and_then(|c| c.share.as_deref())
