@@ -87,6 +87,8 @@ struct Flow {
     acked: u64,
     /// Its delivery, the hub's unit, smoothed over about four computations.
     rate: f64,
+    /// The last computation's sample of it, unsmoothed.
+    sample: f64,
     /// The ceiling set, TCP payload bytes/s (0: none).
     cap: u64,
     /// When it last had something acknowledged.
@@ -150,6 +152,7 @@ impl Sharing {
             let f = self.flows.entry(r.id).or_insert_with(|| Flow {
                 acked: r.info.bytes_acked,
                 rate: 0.0,
+                sample: 0.0,
                 cap: 0,
                 active: now,
                 terminal: r.terminal.clone(),
@@ -161,6 +164,7 @@ impl Sharing {
             f.acked = r.info.bytes_acked;
             let sample = to_carrier(delta as f64 / dt, r.info.mss, r.ipv6);
             f.rate += (sample - f.rate) / 4.0;
+            f.sample = sample;
             if delta > 0 {
                 f.active = now;
             }
@@ -172,7 +176,11 @@ impl Sharing {
             let quiet = now.duration_since(f.active);
             quiet < hub::QUIET || (f.in_flight && quiet < hub::QUIET_HOLDING)
         };
-        let held = |f: &Flow| f.cap > 0 && f.rate >= 0.85 * to_carrier(f.cap as f64, f.mss, f.ipv6);
+        // Held by its ceiling, on the smoothed rate or the last sample: a lender that asks
+        // for its share back is seen at the next computation, and the loans end then.
+        let held = |f: &Flow| {
+            f.cap > 0 && f.rate.max(f.sample) >= 0.85 * to_carrier(f.cap as f64, f.mss, f.ipv6)
+        };
         let mut terminals: Vec<(String, Vec<u64>)> = Vec::new();
         for (id, f) in &self.flows {
             if !busy(f) {
