@@ -243,13 +243,15 @@ fn delay_trace_moves_the_rtt() {
     let p = ping(&lab, SERVER_V4, 40, 0.1, 56).unwrap();
     let first = p.rtts[0];
     // The median of the last five replies, not the last one alone: ping prints whole
-    // milliseconds from 100 ms up, and one reply held up by the host reads 102.
+    // milliseconds from 100 ms up, and one reply held up by the host reads 102. On a busy
+    // 2-core VM a run read 101-102 throughout (the host's own 1-2 ms beside the emulator's
+    // 100): 102 still says the trace moved the RTT to 100 ms, not to anywhere else.
     let mut tail: Vec<f64> = p.rtts[p.rtts.len().saturating_sub(5)..].to_vec();
     tail.sort_by(f64::total_cmp);
     let last = tail[tail.len() / 2];
     assert!(first < 45.0, "first RTT {first}");
     assert!(
-        (99.0..102.0).contains(&last),
+        (99.0..=102.0).contains(&last),
         "median of the last RTTs {last} in {:?}",
         p.rtts
     );
