@@ -16,7 +16,7 @@ pub const PRESETS: [(&str, &str, &str); 16] = [
     ("faults", "the fault matrix: resets, crashes, half-closes, outages, restarts end to end, split and tunnelled; every byte checked (~13 min, --quick ~70 s)", include_str!("presets/faults.toml")),
     ("load", "10 000 concurrent connections end to end, split and tunnelled: connects/s, memory and descriptors per connection, release (~10 min, --quick 1 000 in ~1)", include_str!("presets/load.toml")),
     ("throughput", "line rate: split and the tunnel against plain forwarding at 1 Gbit/s and on a kernel bridge: goodput and the proxies' CPU per GB (~3 min, --quick ~1)", include_str!("presets/throughput.toml")),
-    ("hub", "a star of terminals on one carrier: different conditions, a quiet terminal, weights, 50 busy terminals of 60; end to end, split, the tunnel and the tunnel sharing the carrier (~35 min, --quick ~20)", include_str!("presets/hub.toml")),
+    ("hub", "a star of terminals on one carrier: different conditions, a quiet terminal, weights, 50 busy terminals of 60; end to end, split, the tunnel, and the tunnel and split sharing the carrier (~40 min, --quick ~25)", include_str!("presets/hub.toml")),
     ("link-accuracy", "the emulator's rate, delay and loss against its configuration, and its CPU, 1 Mbit/s to 1 Gbit/s and the documents' links (~11 min, --quick ~6)", include_str!("presets/link-accuracy.toml")),
 ];
 
