@@ -93,6 +93,9 @@ struct Flow {
     cap: u64,
     /// When it last had something acknowledged.
     active: Instant,
+    /// Its client's address, and the terminal that makes it (`SplitCarrier::terminal_of`,
+    /// found again when a reload changes the carrier).
+    ip: IpAddr,
     terminal: String,
     mss: u32,
     ipv6: bool,
@@ -106,25 +109,17 @@ pub struct Sharing {
     last: Option<Instant>,
 }
 
-/// One connection as a computation sees it.
-struct Reading {
-    id: u64,
-    info: tcpinfo::SendInfo,
-    terminal: String,
-    ipv6: bool,
-}
-
 impl Sharing {
+    /// Each connection's terminal under carrier `c` (a reload changed it).
+    fn regroup(&mut self, c: &SplitCarrier) {
+        for f in self.flows.values_mut() {
+            f.terminal = c.terminal_of(f.ip);
+        }
+    }
+
     /// Reads every live connection of `reg`, computes the shares of `c` and sets each busy
-    /// connection's ceiling (`set(fd, bytes/s)`; 0 lifts it). Returns the busy terminals'
-    /// shares, the hub's unit, for the log.
-    fn step(
-        &mut self,
-        reg: &Registry,
-        c: &SplitCarrier,
-        now: Instant,
-        set: &mut dyn FnMut(RawFd, u64),
-    ) -> Vec<(String, u64)> {
+    /// connection's ceiling. Returns the busy terminals' shares, the hub's unit, for the log.
+    fn step(&mut self, reg: &Registry, c: &SplitCarrier, now: Instant) -> Vec<(String, u64)> {
         let dt = self
             .last
             .map_or(EVERY, |l| now.duration_since(l))
@@ -132,45 +127,39 @@ impl Sharing {
             .max(1e-3);
         self.last = Some(now);
         let live = reg.live();
-        let mut readings = Vec::with_capacity(live.len());
+        let mut seen = std::collections::HashSet::with_capacity(live.len());
         for conn in &live {
             let Some(Some(info)) = conn.with_satellite(tcpinfo::sending) else {
                 continue;
             };
-            let ip = conn.src.ip();
-            let ipv6 = matches!(ip, IpAddr::V6(v) if v.to_ipv4_mapped().is_none());
-            readings.push(Reading {
-                id: conn.id,
-                info,
-                terminal: c.terminal_of(ip),
-                ipv6,
+            seen.insert(conn.id);
+            let f = self.flows.entry(conn.id).or_insert_with(|| {
+                let ip = conn.src.ip();
+                Flow {
+                    acked: info.bytes_acked,
+                    rate: 0.0,
+                    sample: 0.0,
+                    cap: 0,
+                    active: now,
+                    ip,
+                    terminal: c.terminal_of(ip),
+                    mss: info.mss,
+                    ipv6: matches!(ip, IpAddr::V6(v) if v.to_ipv4_mapped().is_none()),
+                    in_flight: false,
+                }
             });
-        }
-        let live_ids: std::collections::HashSet<u64> = readings.iter().map(|r| r.id).collect();
-        self.flows.retain(|id, _| live_ids.contains(id));
-        for r in &readings {
-            let f = self.flows.entry(r.id).or_insert_with(|| Flow {
-                acked: r.info.bytes_acked,
-                rate: 0.0,
-                sample: 0.0,
-                cap: 0,
-                active: now,
-                terminal: r.terminal.clone(),
-                mss: r.info.mss,
-                ipv6: r.ipv6,
-                in_flight: false,
-            });
-            let delta = r.info.bytes_acked.saturating_sub(f.acked);
-            f.acked = r.info.bytes_acked;
-            let sample = to_carrier(delta as f64 / dt, r.info.mss, r.ipv6);
+            let delta = info.bytes_acked.saturating_sub(f.acked);
+            f.acked = info.bytes_acked;
+            f.mss = info.mss;
+            let sample = to_carrier(delta as f64 / dt, f.mss, f.ipv6);
             f.rate += (sample - f.rate) / 4.0;
             f.sample = sample;
             if delta > 0 {
                 f.active = now;
             }
-            f.mss = r.info.mss;
-            f.in_flight = r.info.unacked > 0 || r.info.notsent > 0;
+            f.in_flight = info.unacked > 0 || info.notsent > 0;
         }
+        self.flows.retain(|id, _| seen.contains(id));
         // Busy connections, by terminal: sent lately, or waiting with data in flight.
         let busy = |f: &Flow| {
             let quiet = now.duration_since(f.active);
@@ -234,7 +223,7 @@ impl Sharing {
             let cap = caps.get(&conn.id).copied().unwrap_or(0);
             let close = cap > 0 && f.cap > 0 && cap.abs_diff(f.cap) * 100 < f.cap;
             if cap != f.cap && !close {
-                conn.with_satellite(|fd| set(fd, cap));
+                conn.with_satellite(|fd| set_max_pacing(fd, cap));
                 f.cap = cap;
             }
         }
@@ -308,10 +297,14 @@ pub fn spawn(
                     if r.is_err() {
                         return;
                     }
+                    // Subnets may have moved: live connections find their terminals again.
+                    if let Some(n) = carrier.borrow().clone() {
+                        sharing.regroup(&n);
+                    }
                     continue;
                 }
             }
-            let shares = sharing.step(&reg, &c, Instant::now(), &mut set_max_pacing);
+            let shares = sharing.step(&reg, &c, Instant::now());
             if logged.elapsed() >= Duration::from_secs(10) && !shares.is_empty() {
                 logged = Instant::now();
                 debug!(?shares, "carrier shares, bytes/s");
