@@ -552,10 +552,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// A drawn link's bulk transfer reaches steady state once its start could have ended: the
 /// warm-up is raised to the link's start-up bound (`corpus_report::start_bound_s`, whole
-/// seconds, at most half the run) where that is later. Seed 39's L02 (an upload at 50 Mbit/s over 621 ms, bound
-/// 7.5 s) read every configuration's start from 5 s as steady state: both PEPs measured
-/// 87.8 % of the limit while they delivered 96-97 % from 8 s on. The start has its own
-/// figures (from the first byte, and the start-up target).
+/// seconds, at most half the run) where that is later. Seed 39's L02 (an upload at 50
+/// Mbit/s over 621 ms, bound 7.5 s) read every configuration's start from 5 s as steady
+/// state: both PEPs measured 87.8 % of the limit while they delivered 96-97 % from 8 s on.
+/// The start has its own figures (from the first byte, and the start-up target).
 fn start_before_steady(drawn: &[super::corpus::DrawnLink], cell: &mut Cell) {
     // Bulk transfers only: other kinds read no steady goodput (a fault's timing counts
     // from its own start).
