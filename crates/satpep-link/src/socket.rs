@@ -8,6 +8,9 @@
 //!   ping works. The header also reveals GSO super-frames, which are not wire frames.
 //! - `PACKET_IGNORE_OUTGOING`: the socket does not read back the frames the emulator writes.
 //! - `PACKET_QDISC_BYPASS`: frames go straight to the driver; the emulator is the queue.
+//! - `SO_TIMESTAMPNS`: the kernel stamps each frame when the interface received it, so a frame
+//!   that waited in the socket while the emulator's thread was not running still reaches the
+//!   link when it arrived.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -19,6 +22,28 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 pub const VNET_HDR_LEN: usize = 10;
 /// Largest batch read or written in one system call.
 pub const BATCH: usize = 64;
+
+/// 64-bit words of control buffer per frame: one `SCM_TIMESTAMPNS` message (32 bytes).
+const CONTROL_WORDS: usize = 8;
+
+/// The `SCM_TIMESTAMPNS` stamp among `hdr`'s control messages, ns since the Unix epoch (0:
+/// none).
+///
+/// # Safety
+/// `hdr`'s control buffer must hold what the kernel wrote in it (or nothing).
+unsafe fn received_at(hdr: &libc::msghdr) -> u64 {
+    let mut c = libc::CMSG_FIRSTHDR(hdr);
+    while !c.is_null() {
+        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+            let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+            return (ts.tv_sec as u64)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(ts.tv_nsec as u64);
+        }
+        c = libc::CMSG_NXTHDR(hdr, c);
+    }
+    0
+}
 
 /// A frame buffer with room for the virtio-net header and a maximum-size frame.
 pub type FrameBuf = Box<[u8]>;
@@ -142,6 +167,8 @@ impl PacketSocket {
         setopt(raw, libc::SOL_PACKET, PACKET_VNET_HDR, 1)?;
         setopt(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
         setopt(raw, libc::SOL_PACKET, PACKET_QDISC_BYPASS, 1)?;
+        // Without stamps (refused), frames count from when they are read.
+        let _ = setopt(raw, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
         // Deep buffers absorb bursts while the thread is busy; FORCE works as root.
         let _ = setopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 64 << 20)
             .or_else(|_| setopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, 64 << 20));
@@ -192,16 +219,21 @@ impl PacketSocket {
     }
 
     /// Reads up to `bufs.len()` frames without blocking. For each, `lens` gets the length
-    /// including the virtio-net header, and `oversize` whether it was truncated or a GSO frame.
+    /// including the virtio-net header, `oversize` whether it was truncated or a GSO frame,
+    /// and `stamps` when the interface received it (ns since the Unix epoch, `CLOCK_REALTIME`;
+    /// 0 where the kernel gave no stamp).
     pub fn recv_batch(
         &self,
         bufs: &mut [FrameBuf],
         lens: &mut [usize],
         oversize: &mut [bool],
+        stamps: &mut [u64],
     ) -> io::Result<usize> {
         let n = bufs.len().min(BATCH);
         let mut iov: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        // Room for one SCM_TIMESTAMPNS message per frame (u64s: cmsghdr's alignment).
+        let mut control = [[0u64; CONTROL_WORDS]; BATCH];
         for i in 0..n {
             iov[i] = libc::iovec {
                 iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void,
@@ -209,6 +241,8 @@ impl PacketSocket {
             };
             msgs[i].msg_hdr.msg_iov = &mut iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_control = control[i].as_mut_ptr() as *mut libc::c_void;
+            msgs[i].msg_hdr.msg_controllen = std::mem::size_of_val(&control[i]) as _;
         }
         // SAFETY: msgs/iov point into live buffers of the stated lengths.
         let r = unsafe {
@@ -235,6 +269,8 @@ impl PacketSocket {
             // virtio_net_hdr.gso_type is byte 1; 0 = not a GSO frame.
             let gso = len >= VNET_HDR_LEN && bufs[i][1] != 0;
             oversize[i] = truncated || gso || len < VNET_HDR_LEN + 14;
+            // SAFETY: the kernel filled msg_control within msg_controllen.
+            stamps[i] = unsafe { received_at(&msgs[i].msg_hdr) };
         }
         Ok(r as usize)
     }

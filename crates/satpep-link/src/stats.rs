@@ -39,6 +39,9 @@ pub struct DirStats {
     /// How late frames were written compared with their scheduled delivery time, µs: the
     /// emulator's own timing error.
     pub late_us: Mutex<Histogram<u64>>,
+    /// How long frames waited in the emulator's socket before it read them, µs (from the
+    /// kernel's receive stamps): the link counts them from when they arrived.
+    pub read_late_us: Mutex<Histogram<u64>>,
 }
 
 impl Default for DirStats {
@@ -60,6 +63,7 @@ impl Default for DirStats {
             // 1 µs … 1 h at 3 significant digits.
             queue_delay_us: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
             late_us: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
+            read_late_us: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
         }
     }
 }
@@ -105,6 +109,13 @@ pub struct DirSnapshot {
     pub late_p99_ms: f64,
     /// Largest lateness, ms.
     pub late_max_ms: f64,
+    /// 99th percentile of how long frames waited in the socket before the emulator read
+    /// them, ms (absent from emulators before it was counted).
+    #[serde(default)]
+    pub read_late_p99_ms: f64,
+    /// Longest such wait, ms.
+    #[serde(default)]
+    pub read_late_max_ms: f64,
 }
 
 impl DirStats {
@@ -112,6 +123,7 @@ impl DirStats {
     pub fn snapshot(&self) -> DirSnapshot {
         let h = self.queue_delay_us.lock().unwrap().clone();
         let l = self.late_us.lock().unwrap().clone();
+        let r = self.read_late_us.lock().unwrap().clone();
         let ms = |h: &Histogram<u64>, p: f64| {
             if h.is_empty() {
                 0.0
@@ -141,6 +153,8 @@ impl DirStats {
             late_p50_ms: ms(&l, 0.5),
             late_p99_ms: ms(&l, 0.99),
             late_max_ms: ms(&l, 1.0),
+            read_late_p99_ms: ms(&r, 0.99),
+            read_late_max_ms: ms(&r, 1.0),
         }
     }
 }
@@ -167,7 +181,7 @@ impl LinkSnapshot {
             "satpep link counters after {:.1} s\n{:<18}{:>16}{:>16}\n",
             self.uptime_s, "", "forward", "return"
         );
-        let rows: [Row; 16] = [
+        let rows: [Row; 18] = [
             ("frames in", |d| d.frames_in.to_string()),
             ("bytes in", |d| d.bytes_in.to_string()),
             ("delivered", |d| d.delivered.to_string()),
@@ -190,6 +204,8 @@ impl LinkSnapshot {
             }),
             ("release late p99", |d| format!("{:.3} ms", d.late_p99_ms)),
             ("release late max", |d| format!("{:.3} ms", d.late_max_ms)),
+            ("read late p99", |d| format!("{:.3} ms", d.read_late_p99_ms)),
+            ("read late max", |d| format!("{:.3} ms", d.read_late_max_ms)),
         ];
         for (name, f) in rows {
             s += &format!("{name:<18}{:>16}{:>16}\n", f(&self.forward), f(&self.ret));

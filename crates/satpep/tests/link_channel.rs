@@ -65,6 +65,17 @@ fn delay_is_added_exactly_and_never_early() {
         s.forward.late_p99_ms < 5.0 && s.ret.late_p99_ms < 5.0,
         "{s:?}"
     );
+    // The kernel stamped each frame when it arrived (a frame read at once still waited the
+    // emulator's wake-up; without stamps every wait reads as the 1 µs floor), and the link
+    // counted each from then.
+    assert!(
+        s.forward.read_late_max_ms > 0.001 && s.ret.read_late_max_ms > 0.001,
+        "no receive stamps: {s:?}"
+    );
+    assert!(
+        s.forward.read_late_p99_ms < 5.0 && s.ret.read_late_p99_ms < 5.0,
+        "{s:?}"
+    );
 }
 
 #[test]
