@@ -36,6 +36,9 @@ pub struct StatusReply {
     /// Live tunnel connections (a gateway: one per connected terminal).
     #[serde(default)]
     pub tunnels: Vec<TunnelStatus>,
+    /// A split gateway's terminals on its shared carrier (`[proxy.carrier]`), by name.
+    #[serde(default)]
+    pub carrier: Vec<crate::registry::CarrierTerminal>,
 }
 
 /// A live tunnel connection in `/connections`: the peer by name and address, the flows it
@@ -102,6 +105,72 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 
 /// The OpenMetrics content type, which is what `encode` writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A split gateway's terminals on its shared carrier, one series per terminal name (none
+/// where no carrier is shared).
+fn carrier_metrics(r: &mut prometheus_client::registry::Registry, reg: &Registry) {
+    let terminals = reg.carrier();
+    if terminals.is_empty() {
+        return;
+    }
+    type Of = fn(&crate::registry::CarrierTerminal) -> f64;
+    let gauges: [(&str, &str, Of); 5] = [
+        (
+            "carrier_terminal_flows",
+            "Live connections of the terminal on the shared carrier",
+            |t| t.flows as f64,
+        ),
+        (
+            "carrier_terminal_busy_flows",
+            "Its connections that sent lately: the ones its share is divided among",
+            |t| t.busy as f64,
+        ),
+        (
+            "carrier_terminal_sending_bits_per_second",
+            "What its connections send, bits/s of carrier (frames with headers), smoothed",
+            |t| t.sending_bps as f64,
+        ),
+        (
+            "carrier_terminal_share_bits_per_second",
+            "Its share of the carrier now, bits/s of carrier (0 while it is quiet)",
+            |t| t.share_bps as f64,
+        ),
+        (
+            "carrier_terminal_rtt_seconds",
+            "Mean smoothed RTT of its busy connections",
+            |t| t.rtt_ms / 1e3,
+        ),
+    ];
+    for (name, help, of) in gauges {
+        let fam = Labelled::<Gauge<f64, AtomicU64>>::default();
+        for t in &terminals {
+            fam.get_or_create(&labels(&[("terminal", &t.name)]))
+                .set(of(t));
+        }
+        r.register(name, help, fam);
+    }
+    type Total = fn(&crate::registry::CarrierTerminal) -> u64;
+    let counters: [(&str, &str, Total); 2] = [
+        (
+            "carrier_terminal_acked_bytes",
+            "TCP payload the terminal's clients acknowledged since the proxy started",
+            |t| t.acked_bytes,
+        ),
+        (
+            "carrier_terminal_retransmitted_segments",
+            "Segments the terminal's connections retransmitted since the proxy started",
+            |t| t.retransmitted,
+        ),
+    ];
+    for (name, help, of) in counters {
+        let fam = Labelled::<Counter>::default();
+        for t in &terminals {
+            fam.get_or_create(&labels(&[("terminal", &t.name)]))
+                .inc_by(of(t));
+        }
+        r.register(name, help, fam);
+    }
+}
 
 /// Tunnel connections' figures, one series per peer (the gateway has one per terminal). A
 /// split proxy has no tunnel and exports none of them: a `tunnel_connected` of 0 there would
@@ -507,6 +576,7 @@ pub fn metrics(reg: &Registry) -> String {
         ConstCounter::new(k.reload_failures.load(Relaxed)),
     );
     tunnel_metrics(r, reg);
+    carrier_metrics(r, reg);
     r.register(
         "build",
         "satpep's version",
@@ -563,6 +633,7 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>, routes: Rou
                     .iter()
                     .map(|t| TunnelStatus::of(t, &reg))
                     .collect(),
+                carrier: reg.carrier(),
             };
             (
                 "200 OK",
@@ -632,6 +703,35 @@ mod tests {
     /// `tunnel_connected` 0 once paged as "tunnel down"; the terminal's one tunnel as
     /// `tunnel_connected`; a gateway's terminals as `tunnel_peers`, which reads 0 while all
     /// are quiet without meaning anything is down.
+    #[test]
+    fn a_shared_carrier_s_terminals_are_series_by_name_and_absent_without_one() {
+        let reg = Registry::new(Mode::Split);
+        assert!(!metrics(&reg).contains("carrier_terminal"));
+        reg.set_carrier(vec![crate::registry::CarrierTerminal {
+            name: "t2".into(),
+            flows: 3,
+            busy: 2,
+            sending_bps: 17_900_000,
+            share_bps: 18_000_000,
+            acked_bytes: 5_000_000,
+            retransmitted: 7,
+            rtt_ms: 32.5,
+        }]);
+        let m = metrics(&reg);
+        for line in [
+            "satpep_carrier_terminal_flows{terminal=\"t2\"} 3.0",
+            "satpep_carrier_terminal_busy_flows{terminal=\"t2\"} 2.0",
+            "satpep_carrier_terminal_share_bits_per_second{terminal=\"t2\"} 18000000.0",
+            "satpep_carrier_terminal_rtt_seconds{terminal=\"t2\"} 0.0325",
+            "satpep_carrier_terminal_acked_bytes_total{terminal=\"t2\"} 5000000",
+            "satpep_carrier_terminal_retransmitted_segments_total{terminal=\"t2\"} 7",
+        ] {
+            assert!(m.contains(line), "{line} in {m}");
+        }
+        reg.set_carrier(Vec::new());
+        assert!(!metrics(&reg).contains("carrier_terminal"));
+    }
+
     #[test]
     fn tunnel_figures_follow_what_the_proxy_is() {
         let split = metrics(&Registry::new(Mode::Split));

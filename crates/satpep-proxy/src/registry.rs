@@ -243,8 +243,35 @@ pub struct Registry {
     conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
     /// Live tunnel connections, for `/metrics` and `/connections`.
     tunnels: Mutex<Vec<Tunnel>>,
+    /// A split gateway's terminals on its shared carrier, as the last share computation saw
+    /// them (`crate::share`), for `/metrics` and `/connections`.
+    carrier: Mutex<Vec<CarrierTerminal>>,
     /// Totals.
     pub counters: Counters,
+}
+
+/// One terminal of a split gateway's shared carrier (`[proxy.carrier]`) at the last share
+/// computation: its connections, what they send, its share, and its totals since the proxy
+/// started (connections gone included).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CarrierTerminal {
+    /// Its name: a `[proxy.carrier.terminal.NAME]`, or its clients' /24 or /64 prefix.
+    pub name: String,
+    /// Its live connections (each a satellite leg from this gateway).
+    pub flows: u64,
+    /// Those that sent lately or wait with data in flight: the ones sharing its share.
+    pub busy: u64,
+    /// What they send, bits/s of carrier (frames with their headers), smoothed over about
+    /// 200 ms.
+    pub sending_bps: u64,
+    /// Its share of the carrier now, bits/s of carrier (0 while it is quiet).
+    pub share_bps: u64,
+    /// TCP payload its clients acknowledged since the proxy started, bytes.
+    pub acked_bytes: u64,
+    /// Segments its connections retransmitted since the proxy started.
+    pub retransmitted: u64,
+    /// The mean smoothed RTT of its busy connections, ms (0: none busy).
+    pub rtt_ms: f64,
 }
 
 impl Registry {
@@ -254,6 +281,17 @@ impl Registry {
             mode,
             ..Default::default()
         }
+    }
+
+    /// The shared carrier's terminals as the last share computation saw them (none where
+    /// no carrier is shared).
+    pub fn carrier(&self) -> Vec<CarrierTerminal> {
+        self.carrier.lock().unwrap().clone()
+    }
+
+    /// Replaces the shared carrier's terminals (the share computation, every time).
+    pub fn set_carrier(&self, terminals: Vec<CarrierTerminal>) {
+        *self.carrier.lock().unwrap() = terminals;
     }
 
     /// A tunnel connection came up.

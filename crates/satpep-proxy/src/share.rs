@@ -13,7 +13,7 @@
 //! A terminal is known by its clients' addresses: the subnets `[proxy.carrier.terminal.NAME]`
 //! lists, else each client /24 (IPv4) or /64 (IPv6) is a terminal of weight 1.
 
-use crate::registry::Registry;
+use crate::registry::{CarrierTerminal, Registry};
 use crate::tcpinfo;
 use ipnet::IpNet;
 use satpep_tunnel::hub::{self, Carrier, Demand, ShareBy, TerminalShare};
@@ -85,6 +85,10 @@ fn to_pacing(carrier: f64, mss: u32, ipv6: bool) -> u64 {
 /// What the gateway knows of one connection between two computations.
 struct Flow {
     acked: u64,
+    /// Segments retransmitted at the last reading.
+    retransmitted: u32,
+    /// Smoothed RTT at the last reading, µs.
+    rtt_us: u32,
     /// Its delivery, the hub's unit, smoothed over about four computations.
     rate: f64,
     /// The last computation's sample of it, unsmoothed.
@@ -107,6 +111,8 @@ struct Flow {
 pub struct Sharing {
     flows: HashMap<u64, Flow>,
     last: Option<Instant>,
+    /// Per terminal: payload bytes acknowledged and segments retransmitted since the start.
+    totals: HashMap<String, (u64, u64)>,
 }
 
 impl Sharing {
@@ -117,8 +123,9 @@ impl Sharing {
         }
     }
 
-    /// Reads every live connection of `reg`, computes the shares of `c` and sets each busy
-    /// connection's ceiling. Returns the busy terminals' shares, the hub's unit, for the log.
+    /// Reads every live connection of `reg`, computes the shares of `c`, sets each busy
+    /// connection's ceiling and publishes the terminals' figures in `reg`. Returns the busy
+    /// terminals' shares, the hub's unit, for the log.
     fn step(&mut self, reg: &Registry, c: &SplitCarrier, now: Instant) -> Vec<(String, u64)> {
         let dt = self
             .last
@@ -137,6 +144,8 @@ impl Sharing {
                 let ip = conn.src.ip();
                 Flow {
                     acked: info.bytes_acked,
+                    retransmitted: info.retransmitted,
+                    rtt_us: info.rtt_us,
                     rate: 0.0,
                     sample: 0.0,
                     cap: 0,
@@ -149,7 +158,12 @@ impl Sharing {
                 }
             });
             let delta = info.bytes_acked.saturating_sub(f.acked);
+            let total = self.totals.entry(f.terminal.clone()).or_default();
+            total.0 += delta;
+            total.1 += info.retransmitted.saturating_sub(f.retransmitted) as u64;
             f.acked = info.bytes_acked;
+            f.retransmitted = info.retransmitted;
+            f.rtt_us = info.rtt_us;
             f.mss = info.mss;
             let sample = to_carrier(delta as f64 / dt, f.mss, f.ipv6);
             f.rate += (sample - f.rate) / 4.0;
@@ -227,7 +241,58 @@ impl Sharing {
                 f.cap = cap;
             }
         }
+        reg.set_carrier(self.figures(&terminals, &shares, &busy));
         terminals.into_iter().map(|(t, _)| t).zip(shares).collect()
+    }
+
+    /// Every terminal with a live connection or a total, by name: `busy` its busy
+    /// connections' terminals with their `shares` (the hub's unit).
+    fn figures(
+        &self,
+        busy: &[(String, Vec<u64>)],
+        shares: &[u64],
+        is_busy: &dyn Fn(&Flow) -> bool,
+    ) -> Vec<CarrierTerminal> {
+        let mut out: std::collections::BTreeMap<&str, CarrierTerminal> = self
+            .totals
+            .iter()
+            .map(|(name, &(acked, retr))| {
+                let t = CarrierTerminal {
+                    name: name.clone(),
+                    acked_bytes: acked,
+                    retransmitted: retr,
+                    ..CarrierTerminal::default()
+                };
+                (name.as_str(), t)
+            })
+            .collect();
+        for f in self.flows.values() {
+            let t = out
+                .entry(f.terminal.as_str())
+                .or_insert_with(|| CarrierTerminal {
+                    name: f.terminal.clone(),
+                    ..CarrierTerminal::default()
+                });
+            t.flows += 1;
+            if is_busy(f) {
+                t.busy += 1;
+                t.sending_bps += hub::carrier_bps(f.rate) as u64;
+                t.rtt_ms += f.rtt_us as f64 / 1e3;
+            }
+        }
+        for ((name, _), share) in busy.iter().zip(shares) {
+            if let Some(t) = out.get_mut(name.as_str()) {
+                t.share_bps = hub::carrier_bps(*share as f64) as u64;
+            }
+        }
+        out.into_values()
+            .map(|mut t| {
+                if t.busy > 0 {
+                    t.rtt_ms /= t.busy as f64;
+                }
+                t
+            })
+            .collect()
     }
 }
 
@@ -286,6 +351,7 @@ pub fn spawn(
                     }
                 }
                 sharing = Sharing::default();
+                reg.set_carrier(Vec::new());
                 if carrier.changed().await.is_err() {
                     return;
                 }

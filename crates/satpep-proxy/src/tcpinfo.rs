@@ -284,6 +284,10 @@ pub struct SendInfo {
     pub notsent: u64,
     /// Send MSS, bytes.
     pub mss: u32,
+    /// Smoothed RTT, µs.
+    pub rtt_us: u32,
+    /// Segments retransmitted so far.
+    pub retransmitted: u32,
 }
 
 /// Reads what a shared carrier needs from `TCP_INFO`; `None` if `fd` is not a TCP socket.
@@ -294,6 +298,8 @@ pub fn sending(fd: RawFd) -> Option<SendInfo> {
         unacked: t.unacked,
         notsent: t.notsent_bytes as u64,
         mss: t.snd_mss.max(1),
+        rtt_us: t.rtt,
+        retransmitted: t.total_retrans,
     })
 }
 

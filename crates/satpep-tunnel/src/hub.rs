@@ -57,6 +57,11 @@ pub fn payload_bytes_per_s(bps: f64) -> u64 {
     (bps / 8.0 * FULL_PAYLOAD as f64 / (FULL_PAYLOAD + FRAME_HEADERS) as f64).round() as u64
 }
 
+/// [`payload_bytes_per_s`] back: bytes/s of full datagrams' payload as bit/s of carrier.
+pub fn carrier_bps(payload_bytes_per_s: f64) -> f64 {
+    payload_bytes_per_s * 8.0 * (FULL_PAYLOAD + FRAME_HEADERS) as f64 / FULL_PAYLOAD as f64
+}
+
 /// The carrier a datagram of `len` bytes of payload takes in `segments` frames, in the
 /// payload bytes of [`payload_bytes_per_s`]: a smaller datagram's headers take a larger
 /// share (quinn's 1200-byte datagrams take 0.6 % more than their payload says: a carrier
@@ -246,6 +251,14 @@ pub fn allocate(rate: u64, by: ShareBy, demands: &[Demand]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn carrier_bits_and_payload_bytes_convert_both_ways() {
+        for bps in [1e6, 3e6, 30e6, 1e9] {
+            let back = carrier_bps(payload_bytes_per_s(bps) as f64);
+            assert!((back / bps - 1.0).abs() < 1e-5, "{bps} -> {back}");
+        }
+    }
 
     fn busy(weight: f64, rate: u64) -> Demand {
         Demand {

@@ -26,6 +26,12 @@ In distributed mode, a table of tunnel connections comes first: the peer by its 
 name (a gateway lists each connected terminal), its address, the flows it carries now, the \
 smoothed and lowest RTT, the satellite controller's rate and phase, and packets sent and lost.
 
+A split gateway sharing a carrier ([proxy.carrier]) lists its terminals by name (a listed \
+terminal, or its clients' /24 or /64): live and busy connections, what they send and the \
+terminal's share now (bits/s of carrier, frames with headers; - while it is quiet), the mean \
+RTT of its busy connections, and payload acknowledged and segments retransmitted since the \
+proxy started.
+
 With --watch the table is printed again every SECS seconds (default 2) with each \
 connection's rates over the interval (up rate, down rate; a connection new since the last sample: \
 over its age) and the totals over live connections; with --json, one JSON object per sample \
@@ -215,6 +221,29 @@ fn print_table(r: &StatusReply, rates: Option<&[(f64, f64)]>) {
                 t.phase.as_deref().unwrap_or("-"),
                 t.sent_packets,
                 t.lost_packets
+            );
+        }
+    }
+    if !r.carrier.is_empty() {
+        println!(
+            "{:<24} {:>6} {:>5} {:>13} {:>13} {:>8} {:>14} {:>8}",
+            "carrier terminal", "flows", "busy", "sending", "share", "rtt ms", "acked B", "retr"
+        );
+        for t in &r.carrier {
+            println!(
+                "{:<24} {:>6} {:>5} {:>13} {:>13} {:>8.1} {:>14} {:>8}",
+                t.name,
+                t.flows,
+                t.busy,
+                fmt_rate(t.sending_bps as f64),
+                if t.share_bps > 0 {
+                    fmt_rate(t.share_bps as f64)
+                } else {
+                    "-".into()
+                },
+                t.rtt_ms,
+                t.acked_bytes,
+                t.retransmitted
             );
         }
     }

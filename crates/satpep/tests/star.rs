@@ -365,6 +365,41 @@ fn a_split_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
     assert!(!lab
         .node_proxy_log("terminal")
         .contains("shares one carrier"));
+    // Per terminal, as `satpep status` shows it while all three download: terminal's clients
+    // under their /24, shares 1 : 2 and terminal3's maximum (bits of carrier).
+    let prefix = t1.client_net_v4.clone();
+    let live = std::thread::scope(|s| {
+        let d = s.spawn(|| downloads(&lab, 6, 0.0));
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        let v = gateway_status(&lab);
+        d.join().unwrap();
+        v
+    });
+    let by_name = |v: &serde_json::Value, name: &str| {
+        v["carrier"]
+            .as_array()
+            .and_then(|a| a.iter().find(|t| t["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("no terminal {name} in {v}"))
+    };
+    let share = |name: &str| by_name(&live, name)["share_bps"].as_f64().unwrap();
+    eprintln!("carrier terminals: {}", live["carrier"]);
+    for name in [prefix.as_str(), "terminal2", "terminal3"] {
+        let t = by_name(&live, name);
+        assert!(t["busy"].as_u64() >= Some(1), "{name} not busy: {t}");
+        assert!(t["sending_bps"].as_u64() > Some(1_000_000), "{name}: {t}");
+        assert!(t["rtt_ms"].as_f64() > Some(30.0), "{name}: {t}");
+    }
+    assert!(
+        (share("terminal3") - 3e6).abs() < 0.05e6,
+        "terminal3's share is its maximum: {}",
+        live["carrier"]
+    );
+    let ratio = share("terminal2") / share(&prefix);
+    assert!(
+        (1.9..=2.1).contains(&ratio),
+        "shares 2 : 1 gave {ratio:.2}: {}",
+        live["carrier"]
+    );
     let t1 = t1.client_net_v4;
     weights_then_reload(&lab, "proxy carrier", move |f| {
         let c = f.proxy.carrier.as_mut().unwrap();
@@ -372,6 +407,39 @@ fn a_split_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
         w.subnets = Some(vec![t1]);
         c.terminal.insert("terminal".into(), w);
     });
+    // Totals since the start, under the names the terminals had: terminal's clients under
+    // their prefix before the reload and as "terminal" after; terminal3 never above its
+    // 3 Mbit/s of carrier (about 2.9 of payload) over its 24 s of downloads.
+    let after = gateway_status(&lab);
+    let acked = |name: &str| by_name(&after, name)["acked_bytes"].as_f64().unwrap();
+    for name in [prefix.as_str(), "terminal", "terminal2", "terminal3"] {
+        assert!(acked(name) > 1e6, "{name}: {}", after["carrier"]);
+    }
+    assert!(
+        acked("terminal3") < 3e6 / 8.0 * 26.0,
+        "terminal3 beyond its maximum: {}",
+        after["carrier"]
+    );
+    let m = metrics(&lab, satpep_lab::Host::Gateway);
+    assert!(
+        m.contains("satpep_carrier_terminal_acked_bytes_total{terminal=\"terminal3\"}"),
+        "{m}"
+    );
+    assert!(
+        m.contains("satpep_carrier_terminal_share_bits_per_second{terminal=\"terminal2\"}"),
+        "{m}"
+    );
+}
+
+/// `satpep status --json` of the gateway's proxy.
+fn gateway_status(lab: &Lab) -> serde_json::Value {
+    let out = lab
+        .command(satpep_lab::Host::Gateway, env!("CARGO_BIN_EXE_satpep"))
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// The carrier of 30 Mbit/s shared by weight (terminal2 weighs 2, terminal3 may have 3

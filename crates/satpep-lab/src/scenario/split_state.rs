@@ -198,6 +198,7 @@ mod tests {
                 piped_bytes: piped,
                 flow_drops: drops,
                 tunnels: Vec::new(),
+                carrier: Vec::new(),
             })
             .unwrap()
         };
@@ -264,6 +265,7 @@ mod tests {
             piped_bytes: 0,
             flow_drops: 0,
             tunnels: Vec::new(),
+            carrier: Vec::new(),
         };
         let text = serde_json::to_string(&reply).unwrap();
         let s = parse(&text, 2.5);
