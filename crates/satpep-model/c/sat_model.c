@@ -16,6 +16,12 @@ void satm_resume(struct sat_model *m, struct sat_window *w, const struct sat_ack
 	sat_model_resume(m, w, a, p);
 }
 
+void satm_follow_share(struct sat_model *m, struct sat_window *w, const struct sat_ack *a,
+		       u32 share, u8 freed)
+{
+	sat_model_follow_share(m, w, a, share, freed);
+}
+
 void satm_on_ack(struct sat_model *m, struct sat_window *w, const struct sat_ack *a)
 {
 	sat_model_on_ack(m, w, a);

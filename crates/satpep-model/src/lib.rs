@@ -82,7 +82,7 @@ struct Readings {
 
 /// Room for `struct sat_model` (224 bytes today), in words; checked against the C
 /// compiler's figure when a model is made.
-const STATE_WORDS: usize = 56;
+const STATE_WORDS: usize = 58;
 
 /// `struct sat_model`, opaque here: only the C code reads or writes it.
 #[repr(C, align(8))]
@@ -92,6 +92,7 @@ struct State([u32; STATE_WORDS]);
 extern "C" {
     fn satm_init(m: *mut State, w: *mut Window, a: *const Ack);
     fn satm_resume(m: *mut State, w: *mut Window, a: *const Ack, p: *const Path);
+    fn satm_follow_share(m: *mut State, w: *mut Window, a: *const Ack, share: u32, freed: u8);
     fn satm_on_ack(m: *mut State, w: *mut Window, a: *const Ack);
     fn satm_on_timeout(m: *mut State);
     fn satm_pacing_rate(m: *const State, w: *const Window, a: *const Ack) -> u64;
@@ -184,6 +185,14 @@ impl Model {
     pub fn resume(&mut self, a: &Ack, p: &Path) {
         // SAFETY: as in `new`.
         unsafe { satm_resume(&mut self.state, &mut self.window, a, p) };
+    }
+
+    /// A hub's gateway holds the connection to `share` bytes/s and has freed carrier
+    /// `freed` times (modulo 256): a share that grew with that count is run at from now
+    /// (`sat_model_follow_share`).
+    pub fn follow_share(&mut self, a: &Ack, share: u32, freed: u8) {
+        // SAFETY: as in `new`.
+        unsafe { satm_follow_share(&mut self.state, &mut self.window, a, share, freed) };
     }
 
     /// One ACK (or a loss report: `acked` 0, no rate sample).

@@ -906,3 +906,40 @@ fn a_leo_handover_that_lengthens_the_path_is_no_competitor() {
         assert!(q <= 20.0, "{step}: queue p95 {q:.1} ms");
     }
 }
+
+/// A hub's gateway holds the connection to a share of its carrier and counts the times it
+/// freed carrier (`sat_model_follow_share`): a share that grew with the count is run at once,
+/// a share within an eighth of the model or a count already seen is not, and a second one
+/// waits eight RTTs and a second.
+#[test]
+fn a_share_that_grew_with_freed_carrier_is_followed_now_and_then() {
+    let mut h = KernelHost::new(MSS as u32);
+    let p = run(&mut h, &link(20e6, 0.6, 1.0, 0.0), MSS, 20.0);
+    report("20 Mbit/s GEO", &h, &p, 20e6, 5.0, 20.0);
+    let bw = h.model.bw() as u32;
+    let t = 20_000_000;
+    h.model.follow_share(&h.ack_now(t), bw + bw / 16, 1);
+    assert_eq!(
+        h.model.bw() as u32,
+        bw,
+        "a share within an eighth was followed"
+    );
+    h.model.follow_share(&h.ack_now(t), 2 * bw, 1);
+    assert_eq!(h.model.bw() as u32, bw, "a count already seen was followed");
+    h.model.follow_share(&h.ack_now(t), 2 * bw, 2);
+    assert_eq!(
+        h.model.bw() as u32,
+        2 * bw,
+        "a grown share with a new count"
+    );
+    assert_eq!(h.model.phase(), Phase::Cruise);
+    // Eight RTTs of about 650 ms: 5.2 s before the next.
+    h.model.follow_share(&h.ack_now(t + 4_000_000), 3 * bw, 3);
+    assert_eq!(
+        h.model.bw() as u32,
+        2 * bw,
+        "followed again within eight RTTs"
+    );
+    h.model.follow_share(&h.ack_now(t + 6_000_000), 3 * bw, 3);
+    assert_eq!(h.model.bw() as u32, 3 * bw);
+}

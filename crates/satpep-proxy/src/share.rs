@@ -95,6 +95,8 @@ struct Flow {
     sample: f64,
     /// The ceiling set, TCP payload bytes/s (0: none).
     cap: u64,
+    /// The count of freed carrier its ceiling carries (see [`with_freed`]).
+    freed: u64,
     /// When it last had something acknowledged.
     active: Instant,
     /// Its client's address, and the terminal that makes it (`SplitCarrier::terminal_of`,
@@ -113,6 +115,19 @@ pub struct Sharing {
     last: Option<Instant>,
     /// Per terminal: payload bytes acknowledged and segments retransmitted since the start.
     totals: HashMap<String, (u64, u64)>,
+    /// Times carrier was freed (a busy terminal went quiet, a reload regrouped): a share
+    /// that grows with it is one the connection's controller may run at at once.
+    freed: u64,
+    /// The terminals busy at the last computation.
+    was_busy: Vec<String>,
+}
+
+/// The pacing ceiling `cap` (bytes/s) with the count of freed carrier in its four low bits:
+/// the `satpep_sat` controller reads both from the socket (its `follow_carrier`) and runs at
+/// a share that grew with the count at once, as the tunnel's controller does (a few bytes/s
+/// of ceiling are nothing).
+fn with_freed(cap: u64, freed: u64) -> u64 {
+    (cap & !0xf) | (freed & 0xf)
 }
 
 impl Sharing {
@@ -121,6 +136,7 @@ impl Sharing {
         for f in self.flows.values_mut() {
             f.terminal = c.terminal_of(f.ip);
         }
+        self.freed += 1;
     }
 
     /// Reads every live connection of `reg`, computes the shares of `c`, sets each busy
@@ -149,6 +165,7 @@ impl Sharing {
                     rate: 0.0,
                     sample: 0.0,
                     cap: 0,
+                    freed: 0,
                     active: now,
                     ip,
                     terminal: c.terminal_of(ip),
@@ -195,6 +212,14 @@ impl Sharing {
             }
         }
         terminals.sort();
+        if self
+            .was_busy
+            .iter()
+            .any(|t| !terminals.iter().any(|(b, _)| b == t))
+        {
+            self.freed += 1;
+        }
+        self.was_busy = terminals.iter().map(|(t, _)| t.clone()).collect();
         let demands: Vec<Demand> = terminals
             .iter()
             .map(|(t, ids)| Demand {
@@ -236,9 +261,16 @@ impl Sharing {
             // pace, and the next computation gives it a share.
             let cap = caps.get(&conn.id).copied().unwrap_or(0);
             let close = cap > 0 && f.cap > 0 && cap.abs_diff(f.cap) * 100 < f.cap;
-            if cap != f.cap && !close {
-                conn.with_satellite(|fd| set_max_pacing(fd, cap));
+            let told = cap == 0 || f.freed == self.freed;
+            if (cap != f.cap && !close) || !told {
+                let v = if cap > 0 {
+                    with_freed(cap, self.freed)
+                } else {
+                    0
+                };
+                conn.with_satellite(|fd| set_max_pacing(fd, v));
                 f.cap = cap;
+                f.freed = self.freed;
             }
         }
         reg.set_carrier(self.figures(&terminals, &shares, &busy));
@@ -411,6 +443,15 @@ mod tests {
         assert_eq!(of("2001:2:0:1::2"), "t1");
         assert_eq!(of("198.19.5.2"), "198.19.5.0/24");
         assert_eq!(of("2001:2:0:9::2"), "2001:2:0:9::/64");
+    }
+
+    #[test]
+    fn a_ceiling_carries_the_count_of_freed_carrier_in_its_low_bits() {
+        assert_eq!(with_freed(1_000_000, 0), 1_000_000 & !0xf);
+        assert_eq!(with_freed(1_000_000, 5) & 0xf, 5);
+        // The count wraps; the rate moves by less than 16 bytes/s.
+        assert_eq!(with_freed(1_000_000, 21) & 0xf, 5);
+        assert!(with_freed(1_000_000, 21).abs_diff(1_000_000) < 16);
     }
 
     #[test]

@@ -431,6 +431,59 @@ fn a_split_gateway_shares_its_carrier_by_weight_within_maximum_rates() {
     );
 }
 
+/// Split mode, two terminals on a 20 Mbit/s carrier shared at the gateway: each connection's
+/// `satpep_sat` model runs at its share (it reads it from its pacing ceiling: a warm start,
+/// not a start held by the ceiling with an ever growing window), and when terminal's
+/// download ends the carrier it freed lifts terminal2's model to the whole carrier at once.
+#[test]
+fn split_models_run_at_their_shares_and_take_a_freed_share_at_once() {
+    let mut pep = Pep::default();
+    pep.file.proxy.carrier = Some(toml::from_str("rate = '20Mbit'").unwrap());
+    let lab = star(
+        "starfree",
+        2,
+        "[forward]\nrate='20Mbit'\ndelay='15ms'\n[return]\nrate='10Mbit'\ndelay='15ms'\n",
+        Some(pep),
+    );
+    // The busiest satellite leg of terminal K's client (its iperf3 data connection).
+    let leg = |v: &serde_json::Value, k: u16| -> serde_json::Value {
+        let prefix = site(k).client_net_v4;
+        let prefix = prefix.trim_end_matches("0/24");
+        v["connections"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["src"].as_str().is_some_and(|s| s.starts_with(prefix)))
+            .max_by_key(|c| c["bytes_down"].as_u64().unwrap_or(0))
+            .map(|c| c["satellite"].clone())
+            .unwrap_or_else(|| panic!("no connection of terminal {k} in {v}"))
+    };
+    let (held, freed, got) = std::thread::scope(|s| {
+        let d = s.spawn(|| downloads_for(&lab, &[["-t", "4"], ["-t", "12"]]));
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let held = gateway_status(&lab);
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        let freed = gateway_status(&lab);
+        (held, freed, d.join().unwrap())
+    });
+    for k in [1, 2] {
+        let l = leg(&held, k);
+        eprintln!("terminal {k} held to its share: {l}");
+        // 10 Mbit/s over 30 ms is 26 segments: a window of a few paths, not a start's.
+        assert_ne!(l["model"]["phase"], "startup", "{l}");
+        assert!(l["cwnd"].as_u64() < Some(200), "{l}");
+    }
+    let l = leg(&freed, 2);
+    eprintln!("terminal2 after terminal's end: {l}");
+    // The carrier's 20 Mbit/s hold 19.1 of TCP payload.
+    assert!(
+        l["model"]["rate_bps"].as_f64() > Some(0.8 * 19.1e6),
+        "terminal2's model did not take the freed share: {l}"
+    );
+    let late = goodput_between(&got[1].0, 8.0, 12.0);
+    assert!(late > 0.85 * 19.1, "terminal2 alone: {late} Mbit/s");
+}
+
 /// `satpep status --json` of the gateway's proxy.
 fn gateway_status(lab: &Lab) -> serde_json::Value {
     let out = lab

@@ -183,6 +183,21 @@ void BPF_PROG(sat_release, struct sock *sk)
 	}
 }
 
+/* A split gateway sharing a carrier sets each connection's pacing ceiling to its share and
+ * writes in the ceiling's four low bits how many times it freed carrier (a terminal went
+ * quiet, a reload; crates/satpep-proxy/src/share.rs): the model follows a share that grew
+ * with that count (sat_model_follow_share). No other ceiling is set on the proxy's sockets;
+ * one that were would at most start the model once at that rate, over no queue. */
+static __always_inline void follow_carrier(const struct sock *sk, struct sat_model *m,
+					   struct sat_window *w, const struct sat_ack *a)
+{
+	u64 cap = sk->sk_max_pacing_rate;
+
+	if (!cap || cap > 0xffffffffULL)
+		return;
+	sat_model_follow_share(m, w, a, (u32)cap & ~0xfU, (u8)(cap & 0xf));
+}
+
 SEC("struct_ops")
 void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct rate_sample *rs)
 {
@@ -198,6 +213,7 @@ void BPF_PROG(sat_cong_control, struct sock *sk, u32 ack, int flag, const struct
 	lend(tcp_sk(sk), &w);
 	before = m->phase;
 	sat_model_on_ack(m, &w, &a);
+	follow_carrier(sk, m, &w, &a);
 	take_back(sk, &w, m, &a);
 	/* A drain that emptied the queue confirmed the model: the path's record takes it. */
 	if (before == SAT_DRAIN && m->phase == SAT_CRUISE)

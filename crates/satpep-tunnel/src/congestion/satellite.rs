@@ -54,10 +54,6 @@ const GUARD_MIN_KNOWN: u64 = 200;
 
 /// How long a remembered path stays valid for a new connection.
 const PATH_MAX_AGE: Duration = Duration::from_secs(300);
-/// A hub's share lifts the model only over a queue of at most the base RTT over this …
-const SHARE_QUEUE_DIV: u32 = 16;
-/// … or this many µs, whichever is more: the path's jitter is no queue.
-const SHARE_QUEUE_MIN_US: u32 = 10_000;
 
 /// The last path a connection measured, and when (see [`SatelliteConfig::new`]).
 pub type PathMemory = Arc<Mutex<Option<(Path, Instant)>>>;
@@ -324,11 +320,6 @@ pub struct Host {
     memory: Option<PathMemory>,
     /// Where the model's pacing rate goes, if anywhere (the endpoint's socket applies it).
     pace: Option<Arc<Pace>>,
-    /// When the model last took a hub's share as its rate.
-    shared_at: Option<Instant>,
-    /// The hub's count of freed carrier this controller last followed (see
-    /// [`Pace::share_epoch`]); None: it has followed no share yet.
-    share_epoch: Option<u64>,
     /// The pacer's holds taken so far (see [`Pace::take_hold`]).
     holds_seen: u64,
     /// Where the model's figures go for the proxy, if anywhere, and when they last went.
@@ -381,8 +372,6 @@ impl Host {
             losses: LossCounts::default(),
             memory: None,
             pace: None,
-            shared_at: None,
-            share_epoch: None,
             holds_seen: 0,
             readings: None,
             guard: GapGuard::new(now),
@@ -563,56 +552,21 @@ impl Host {
         self.batch_acked = 0;
         let phase = self.model.phase();
         self.model.on_ack(&a);
-        self.follow_share(now, &a);
+        self.follow_share(&a);
         self.log_phase(phase);
         self.set_pace(now);
         self.publish(now, self.model.phase() != phase);
     }
 
     /// A hub's gateway holds this connection to its share of the carrier (see
-    /// [`crate::hub`]): when that share is well above the model's rate (another terminal went
-    /// quiet), the model runs at it from now, as a warm start does, instead of finding it by
-    /// probing for seconds; at most once in eight round trips and a second, so a share the
-    /// terminal's own link cannot carry (a fade the gateway was not told of) is tried again
-    /// only now and then. Only a share that grew because the hub freed carrier (a terminal
-    /// went quiet, the settings changed) is followed, and never over a standing queue: a
-    /// carrier in a fade the gateway was not told of holds less than the shares say, and
-    /// lifting every terminal to its share every few seconds there kept the `hub` preset's
-    /// queue at 300 ms, against 65 ms without sharing.
-    fn follow_share(&mut self, now: Instant, a: &Ack) {
+    /// [`crate::hub`]): a share that grew because the hub freed carrier is run at from now
+    /// (`sat_model_follow_share`, which split's gateway uses through its pacing ceilings).
+    fn follow_share(&mut self, a: &Ack) {
         let Some(pace) = self.pace.as_ref().filter(|p| p.share() > 0) else {
             return;
         };
-        let (share, epoch) = (pace.share(), pace.share_epoch());
-        if self.share_epoch == Some(epoch) {
-            return;
-        }
-        let bw = self.model.bw();
-        if share <= bw + bw / 8 {
-            // Nothing to follow: the share freed went to others, or this one runs at it.
-            self.share_epoch = Some(epoch);
-            return;
-        }
-        if self.shared_at.is_some_and(|t| {
-            now.saturating_duration_since(t) < (self.srtt * 8).max(Duration::from_secs(1))
-        }) {
-            return;
-        }
-        let Some(base_us) = self.model.base_rtt_us() else {
-            return;
-        };
-        if self.model.queue_us() > (base_us / SHARE_QUEUE_DIV).max(SHARE_QUEUE_MIN_US) {
-            return;
-        }
-        self.model.resume(
-            a,
-            &Path {
-                bw: share.min(u32::MAX as u64) as u32,
-                base_us,
-            },
-        );
-        self.shared_at = Some(now);
-        self.share_epoch = Some(epoch);
+        let share = pace.share().min(u32::MAX as u64) as u32;
+        self.model.follow_share(a, share, pace.share_epoch() as u8);
     }
 
     /// Publishes the model's figures, if someone reads them: every [`PUBLISH_EVERY`], or
