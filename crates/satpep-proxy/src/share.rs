@@ -175,9 +175,15 @@ impl Sharing {
                 }
             });
             let delta = info.bytes_acked.saturating_sub(f.acked);
-            let total = self.totals.entry(f.terminal.clone()).or_default();
-            total.0 += delta;
-            total.1 += info.retransmitted.saturating_sub(f.retransmitted) as u64;
+            // The terminal's name is cloned once, when it first has a total, not per reading.
+            let retransmitted = info.retransmitted.saturating_sub(f.retransmitted) as u64;
+            match self.totals.get_mut(&f.terminal) {
+                Some(t) => *t = (t.0 + delta, t.1 + retransmitted),
+                None => {
+                    self.totals
+                        .insert(f.terminal.clone(), (delta, retransmitted));
+                }
+            }
             f.acked = info.bytes_acked;
             f.retransmitted = info.retransmitted;
             f.rtt_us = info.rtt_us;
@@ -273,18 +279,13 @@ impl Sharing {
                 f.freed = self.freed;
             }
         }
-        reg.set_carrier(self.figures(&terminals, &shares, &busy));
+        reg.set_carrier(self.figures(&terminals, &shares));
         terminals.into_iter().map(|(t, _)| t).zip(shares).collect()
     }
 
-    /// Every terminal with a live connection or a total, by name: `busy` its busy
-    /// connections' terminals with their `shares` (the hub's unit).
-    fn figures(
-        &self,
-        busy: &[(String, Vec<u64>)],
-        shares: &[u64],
-        is_busy: &dyn Fn(&Flow) -> bool,
-    ) -> Vec<CarrierTerminal> {
+    /// Every terminal with a live connection or a total, by name: `busy` the busy terminals
+    /// with their busy connections, `shares` their shares (the hub's unit).
+    fn figures(&self, busy: &[(String, Vec<u64>)], shares: &[u64]) -> Vec<CarrierTerminal> {
         let mut out: std::collections::BTreeMap<&str, CarrierTerminal> = self
             .totals
             .iter()
@@ -299,32 +300,21 @@ impl Sharing {
             })
             .collect();
         for f in self.flows.values() {
-            let t = out
-                .entry(f.terminal.as_str())
-                .or_insert_with(|| CarrierTerminal {
-                    name: f.terminal.clone(),
-                    ..CarrierTerminal::default()
-                });
-            t.flows += 1;
-            if is_busy(f) {
-                t.busy += 1;
-                t.sending_bps += hub::carrier_bps(f.rate) as u64;
-                t.rtt_ms += f.rtt_us as f64 / 1e3;
+            if let Some(t) = out.get_mut(f.terminal.as_str()) {
+                t.flows += 1;
             }
         }
-        for ((name, _), share) in busy.iter().zip(shares) {
-            if let Some(t) = out.get_mut(name.as_str()) {
-                t.share_bps = hub::carrier_bps(*share as f64) as u64;
-            }
+        for ((name, ids), share) in busy.iter().zip(shares) {
+            let Some(t) = out.get_mut(name.as_str()) else {
+                continue;
+            };
+            let flows = ids.iter().map(|i| &self.flows[i]);
+            t.busy = ids.len() as u64;
+            t.sending_bps = flows.clone().map(|f| hub::carrier_bps(f.rate) as u64).sum();
+            t.rtt_ms = flows.map(|f| f.rtt_us as f64 / 1e3).sum::<f64>() / ids.len() as f64;
+            t.share_bps = hub::carrier_bps(*share as f64) as u64;
         }
-        out.into_values()
-            .map(|mut t| {
-                if t.busy > 0 {
-                    t.rtt_ms /= t.busy as f64;
-                }
-                t
-            })
-            .collect()
+        out.into_values().collect()
     }
 }
 
