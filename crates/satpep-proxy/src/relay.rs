@@ -23,7 +23,7 @@ use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
+use tokio::io::{AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 /// Bytes held in relay pipes by all connections of this process: the part of the proxy's
@@ -72,19 +72,31 @@ pub struct Relayed {
     pub copied: bool,
 }
 
-/// Copies one direction through a user-space buffer; returns how it ended and the bytes
-/// written.
-pub(crate) async fn copy<R, W>(mut r: R, mut w: W, buf_len: usize, live: &AtomicU64) -> (End, u64)
+/// Copies one direction from a TCP socket through a user-space buffer; returns how it ended
+/// and the bytes written. The buffer (`buf_len` bytes, never zeroed) is held only while the
+/// socket has bytes to give: an idle direction, most of a gateway's, holds none.
+pub(crate) async fn copy<W>(r: &TcpStream, mut w: W, buf_len: usize, live: &AtomicU64) -> (End, u64)
 where
-    R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = vec![0u8; buf_len];
+    let mut buf: Vec<u8> = Vec::new();
     let mut count = 0u64;
     loop {
-        let n = match r.read(&mut buf).await {
+        if buf.capacity() == 0 {
+            if r.readable().await.is_err() {
+                return (End::ResetIn, count);
+            }
+            buf = Vec::with_capacity(buf_len);
+        }
+        buf.clear();
+        let n = match r.try_read_buf(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Drained: give the buffer back until the socket has bytes again.
+                buf = Vec::new();
+                continue;
+            }
             Err(_) => return (End::ResetIn, count),
         };
         if w.write_all(&buf[..n]).await.is_err() {

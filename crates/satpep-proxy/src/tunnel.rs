@@ -46,7 +46,7 @@ pub const CODE_NOT_ADMITTED: VarInt = VarInt::from_u32(4);
 const HEADER_WAIT: Duration = Duration::from_secs(10);
 /// How long the gateway's connect to a server may take (under the terminal's own 60 s).
 const GATEWAY_CONNECT: Duration = Duration::from_secs(55);
-/// Relay buffer per direction per flow.
+/// Relay buffer per direction per flow, held only while bytes flow.
 const CHUNK: usize = 64 * 1024;
 /// How long the terminal waits for the tunnel's handshake.
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(15);
@@ -487,7 +487,7 @@ async fn relay(
     let (tr, mut tw) = tcp.split();
     // quinn's SendStream is an AsyncWrite whose shutdown is `finish`: split mode's copy
     // relays this direction with the same FIN and reset semantics.
-    let up = crate::relay::copy(tr, &mut *send, CHUNK, to_stream);
+    let up = crate::relay::copy(tr.as_ref(), &mut *send, CHUNK, to_stream);
     let mut answer: Result<(), String> = Ok(());
     let answer_slot = &mut answer;
     let down = async {

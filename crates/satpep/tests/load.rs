@@ -55,6 +55,14 @@ fn a_thousand_concurrent_connections_work_and_are_released() {
                 fds[3], fds[0],
                 "{mode}: descriptors not back to the start: {r}"
             );
+            // Issue 43's bound, 8 KB of each proxy's memory per idle connection (the figure
+            // is both proxies'): a tunnel flow held 29 KB while its TCP-to-stream direction
+            // kept a 64 KiB buffer while idle.
+            let per_idle = r["rss_per_idle"].as_f64().unwrap();
+            assert!(
+                per_idle <= 16_384.0,
+                "{mode}: {per_idle:.0} bytes of the proxies' memory per idle connection: {r}"
+            );
         }
     }
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
