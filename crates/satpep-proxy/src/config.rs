@@ -596,6 +596,12 @@ pub struct ProxySection {
     pub buffer_sizing: bool,
     /// Most connections split at once; past it new connections are forwarded end to end.
     pub max_connections: u32,
+    /// Processes that accept and relay split connections (1 to 64): the proxy itself and
+    /// `workers - 1` worker processes, all listening on `port` (SO_REUSEPORT, the kernel
+    /// spreads new connections among them). For a host whose descriptor limit holds fewer
+    /// connections than `max_connections` and cannot be raised (a container without
+    /// CAP_SYS_RESOURCE): each process has its own table. Split mode only.
+    pub workers: u32,
     /// Most memory buffered for connections (kernel TCP memory plus relay pipes), as a size
     /// ("2GiB") or a share of physical memory ("25%"); past it new connections are
     /// forwarded end to end.
@@ -642,6 +648,7 @@ impl Default for ProxySection {
             drop_flow_control: false,
             buffer_sizing: false,
             max_connections: 10_000,
+            workers: 1,
             max_memory: "25%".into(),
             metrics: "127.0.0.1:9917".into(),
             connections: "metrics".into(),
@@ -719,6 +726,12 @@ pub enum ConnectionsAt {
 }
 
 impl ProxyConfig {
+    /// The connections each process may hold: its share of `max_connections` among
+    /// `workers`.
+    pub fn connections_per_process(&self) -> u32 {
+        self.max_connections.div_ceil(self.workers.max(1))
+    }
+
     /// Why `/connections` may be exposed beyond this host: it lists every client's address,
     /// and with `proxy.connections = "metrics"` it is wherever `/metrics` is, which
     /// operators often open to a Prometheus on another machine.
@@ -786,6 +799,8 @@ pub struct ProxyConfig {
     pub flow: FlowControl,
     /// Connection limit.
     pub max_connections: u32,
+    /// Processes accepting and relaying (`proxy.workers`).
+    pub workers: u32,
     /// Memory limit, bytes.
     pub max_memory: u64,
     /// Metrics endpoint.
@@ -1007,6 +1022,28 @@ impl ProxyFile {
         if p.max_connections == 0 {
             return Err("proxy.max_connections: must be at least 1".into());
         }
+        if !(1..=crate::workers::MAX_WORKERS as u32).contains(&p.workers) {
+            return Err(format!(
+                "proxy.workers: must be between 1 and {}",
+                crate::workers::MAX_WORKERS
+            ));
+        }
+        if p.workers > 1 {
+            let why = if self.tunnel.is_some() {
+                Some("a tunnel carries its flows over one QUIC connection per process")
+            } else if strict {
+                Some("proxy.handshake = \"strict\" holds each SYN in the one process that reads the queue")
+            } else if p.carrier.is_some() {
+                Some("proxy.carrier shares the carrier among every connection of one process")
+            } else if p.drop_flow_control {
+                Some("proxy.drop_flow_control's filter keeps the connections of one process")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(format!("proxy.workers: must be 1 here: {why}"));
+            }
+        }
         let max_memory = parse_memory(&p.max_memory, physical_memory())
             .map_err(|e| format!("proxy.max_memory: {e}"))?;
         let timeout = |key: &str, v: &str, min_s: u64| -> Result<_, String> {
@@ -1053,6 +1090,7 @@ impl ProxyFile {
             splice,
             flow,
             max_connections: p.max_connections,
+            workers: p.workers,
             max_memory,
             keepalive,
             idle_timeout,
@@ -1247,6 +1285,20 @@ mod tests {
             ("[proxy]\nback_pressure='strong'", "proxy.back_pressure"),
             ("[proxy]\nbuffer_sizing='yes'", "buffer_sizing"),
             ("[proxy]\nhandshake='slow'", "proxy.handshake"),
+            ("[proxy]\nworkers=0", "proxy.workers"),
+            ("[proxy]\nworkers=65", "proxy.workers"),
+            (
+                "[proxy]\nworkers=2\nhandshake='strict'",
+                "proxy.workers: must be 1 here",
+            ),
+            (
+                "[proxy]\nworkers=2\ndrop_flow_control=true",
+                "proxy.workers: must be 1 here",
+            ),
+            (
+                "[proxy]\nworkers=2\n[tunnel]\nrole='terminal'\npeer='198.18.2.2:7701'\nca='c'\ncert='c'\nkey='k'",
+                "proxy.workers: must be 1 here",
+            ),
             ("[proxy]\nqueue=70000", "queue"),
             ("[proxy]\nmax_memory='120%'", "proxy.max_memory"),
             ("[proxy]\nmax_memory='10KiB'", "proxy.max_memory"),

@@ -446,6 +446,9 @@ fn process_metrics(r: &mut prometheus_client::registry::Registry) {
 pub fn metrics(reg: &Registry) -> String {
     let k = &reg.counters;
     let (live, (sat, ter)) = reg.status_and_retransmitted();
+    // A leader's figures include its workers' (`proxy.workers`); the per-connection
+    // series (RTT, window) are its own connections'.
+    let w = reg.workers.get().map(|s| s.totals()).unwrap_or_default();
     // The standard process_* families have no prefix; everything of satpep's has `satpep_`.
     let mut root = prometheus_client::registry::Registry::default();
     process_metrics(&mut root);
@@ -453,18 +456,38 @@ pub fn metrics(reg: &Registry) -> String {
     r.register(
         "connections_active",
         "Connections being relayed",
-        ConstGauge::new(k.active.load(Relaxed) as i64),
+        ConstGauge::new((k.active.load(Relaxed) + w.active) as i64),
     );
     r.register(
         "connections",
         "Connections accepted",
-        ConstCounter::new(k.total.load(Relaxed)),
+        ConstCounter::new(k.total.load(Relaxed) + w.accepted),
     );
     r.register(
         "connections_failed",
         "Connections whose server could not be reached",
-        ConstCounter::new(k.failed.load(Relaxed)),
+        ConstCounter::new(k.failed.load(Relaxed) + w.failed),
     );
+    if let Some(shared) = reg.workers.get() {
+        r.register(
+            "workers",
+            "Worker processes listening beside this one (proxy.workers)",
+            ConstGauge::new(w.workers as i64),
+        );
+        let per = Labelled::<Gauge>::default();
+        for i in 1..crate::workers::MAX_WORKERS {
+            let s = shared.slot(i);
+            if s.pid.load(Relaxed) != 0 {
+                per.get_or_create(&labels(&[("worker", &i.to_string())]))
+                    .set(s.active.load(Relaxed) as i64);
+            }
+        }
+        r.register(
+            "worker_connections_active",
+            "Connections each worker process is relaying",
+            per,
+        );
+    }
     r.register(
         "connections_bypassed",
         "Connections forwarded unsplit because the proxy was at its limit",
@@ -473,7 +496,7 @@ pub fn metrics(reg: &Registry) -> String {
     r.register(
         "connections_copied",
         "Connections relayed by copying instead of splice",
-        ConstCounter::new(k.copied.load(Relaxed)),
+        ConstCounter::new(k.copied.load(Relaxed) + w.copied),
     );
     r.register(
         "flow_control_drops",
@@ -502,6 +525,7 @@ pub fn metrics(reg: &Registry) -> String {
     );
     let bytes = Labelled::<Counter>::default();
     let (up, down) = reg.relayed();
+    let (up, down) = (up + w.bytes_up, down + w.bytes_down);
     bytes
         .get_or_create(&labels(&[("direction", "up")]))
         .inc_by(up);
@@ -621,10 +645,11 @@ async fn serve_one(mut s: tokio::net::TcpStream, reg: Arc<Registry>, routes: Rou
         (Some("GET"), "/metrics") if routes.metrics => ("200 OK", CONTENT_TYPE, metrics(&reg)),
         (Some("GET"), "/connections") if routes.connections => {
             let k = &reg.counters;
+            let workers = reg.workers.get().map(|s| s.totals()).unwrap_or_default();
             let reply = StatusReply {
                 connections: reg.status(),
-                total: k.total.load(Relaxed),
-                failed: k.failed.load(Relaxed),
+                total: k.total.load(Relaxed) + workers.accepted,
+                failed: k.failed.load(Relaxed) + workers.failed,
                 bypassed: reg.bypassed(),
                 piped_bytes: crate::relay::piped_bytes(),
                 flow_drops: crate::flow_control::drops_total(),

@@ -25,3 +25,4 @@ pub mod share;
 pub mod sockets;
 pub mod tcpinfo;
 pub mod tunnel;
+pub mod workers;

@@ -83,6 +83,7 @@ fn restart_needed(old: &ProxyConfig, new: &ProxyConfig, legs_reload: bool) -> Ve
     differ("proxy.connections", old.connections != new.connections);
     differ("proxy.keepalive", old.keepalive != new.keepalive);
     differ("proxy.drain", old.drain != new.drain);
+    differ("proxy.workers", old.workers != new.workers);
     differ("proxy.log_summary", old.log_summary != new.log_summary);
     differ("adaptive", old.adaptive != new.adaptive);
     // What the gateway admits and the carrier it shares are applied by a reload; the rest
@@ -269,6 +270,9 @@ pub struct Reloadable {
     pub carrier: Option<Arc<satpep_tunnel::pacing::PacedSocket>>,
     /// Where a split gateway's sharing reads its carrier (`proxy.carrier`).
     pub split_carrier: Option<tokio::sync::watch::Sender<Option<Arc<crate::share::SplitCarrier>>>>,
+    /// This process owns the interception rules: it checks them and a reload replaces them
+    /// (a worker of `proxy.workers` leaves both to its leader).
+    pub rules: bool,
 }
 
 /// Runs until aborted: checks the rules every [`CHECK_EVERY`] and applies reloads. `cfg` is
@@ -285,6 +289,7 @@ pub async fn keep(
         admission,
         carrier,
         split_carrier,
+        rules,
     } = to;
     let k = &reg.counters;
     k.interception_installed.store(1, Relaxed);
@@ -292,7 +297,7 @@ pub async fn keep(
     let mut reloads_open = true;
     loop {
         tokio::select! {
-            _ = tick.tick() => {
+            _ = tick.tick(), if rules => {
                 let present = tokio::task::spawn_blocking(netfilter::installed).await.unwrap_or(true);
                 if present {
                     k.interception_installed.store(1, Relaxed);
@@ -355,7 +360,7 @@ pub async fn keep(
                     let later = restart_needed(&cfg, &new, legs.is_some());
                     let next = with_selection(&cfg, &new);
                     let changed = next != cfg;
-                    let applied = if changed {
+                    let applied = if changed && rules {
                         let n = next.clone();
                         blocking(move || netfilter::replace_ruleset(&n)).await
                     } else {

@@ -88,7 +88,7 @@ pub struct Finding {
 /// [`crate::sockets::fd_budget`]): a split connection holds two sockets, a tunnel flow one.
 pub fn fd_budget(cfg: &ProxyConfig) -> FdBudget {
     crate::sockets::fd_budget(
-        cfg.max_connections,
+        cfg.connections_per_process(),
         if cfg.tunnel.is_some() { 1 } else { 2 },
     )
 }
@@ -96,12 +96,21 @@ pub fn fd_budget(cfg: &ProxyConfig) -> FdBudget {
 /// What the descriptor budget leaves out of the configuration: connections past it bypass,
 /// and with splice, directions past the pipes copy. Connections come first.
 pub fn budget_shortfall(cfg: &ProxyConfig, b: &FdBudget) -> Vec<String> {
-    let all = u64::from(cfg.max_connections) * 6 + 1280;
+    let share = cfg.connections_per_process();
+    let all = u64::from(share) * 6 + 1280;
     let mut v = Vec::new();
-    if b.connections < u64::from(cfg.max_connections) {
+    if b.connections < u64::from(share) {
+        let what = if cfg.workers > 1 {
+            format!(
+                "a process's share of proxy.max_connections = {} among proxy.workers = {} ({share})",
+                cfg.max_connections, cfg.workers
+            )
+        } else {
+            format!("proxy.max_connections = {}", cfg.max_connections)
+        };
         v.push(format!(
-            "the descriptor limit ({}) fits {} connections, not proxy.max_connections = {}: past them new connections bypass; raise the hard limit (LimitNOFILE) to {all} for all",
-            b.limit, b.connections, cfg.max_connections
+            "the descriptor limit ({}) fits {} connections, not {what}: past them new connections bypass; raise the hard limit (LimitNOFILE) to {all} for all, or proxy.workers",
+            b.limit, b.connections
         ));
     }
     if cfg.splice && b.pipes < 2 * b.connections {

@@ -87,6 +87,7 @@ pub fn keys() -> Vec<Key> {
         d("proxy", "drop_flow_control", pv("drop_flow_control"), "drop one arriving segment when a direction buffers more than max(half its receive window, twice the far leg's cwnd), none again until its retransmission (Bharadwaj 1999 4.2; needs BPF)"),
         d("proxy", "buffer_sizing", pv("buffer_sizing"), "size each upstream receive window from the downstream leg every two upstream RTTs (Bharadwaj 1999 ch. 6)"),
         d("proxy", "max_connections", pv("max_connections"), "past it new connections bypass the proxy (never refused); in a tunnel also the flows its peer may open at once"),
+        d("proxy", "workers", pv("workers"), "processes accepting and relaying split connections, each with its own descriptor table (SO_REUSEPORT); for a descriptor limit that cannot be raised"),
         d("proxy", "max_memory", pv("max_memory"), "of physical memory, or a size (\"2GiB\"); past it, the same"),
         d("proxy", "metrics", pv("metrics"), "Prometheus /metrics (\"\": off)"),
         d("proxy", "connections", pv("connections"), "/connections: beside /metrics, its own \"ADDR:PORT\", or \"\" (off)"),

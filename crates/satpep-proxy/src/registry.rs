@@ -248,6 +248,9 @@ pub struct Registry {
     carrier: Mutex<Vec<CarrierTerminal>>,
     /// Totals.
     pub counters: Counters,
+    /// A leader's worker processes' page (`proxy.workers`): their figures join this
+    /// process's in `/metrics` and `/connections`.
+    pub workers: std::sync::OnceLock<Arc<crate::workers::Shared>>,
 }
 
 /// One terminal of a split gateway's shared carrier (`[proxy.carrier]`) at the last share

@@ -7,6 +7,7 @@ use crate::registry::{Counters, Registry};
 use crate::relay::{relay, End};
 use crate::sockets::{canonical, fastopen_connect, listener, reset_on_close, tune, upstream};
 use crate::tunnel::Terminal;
+use crate::workers::{Process, Publisher, Workers};
 use socket2::SockRef;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -96,22 +97,26 @@ fn fallback_satellite_congestion(cfg: &mut ProxyConfig, why: &str) {
 /// Runs the proxy until it is told to stop: a message on `stop` (a SIGTERM or SIGINT) starts
 /// the drain (`proxy.drain`: new connections bypass, live ones may finish), a second one or
 /// a closed channel ends it at once. Interception is removed on every exit path.
+/// `process` says whether it is the only process, the leader of worker processes
+/// (`proxy.workers`, which it starts) or one of them.
 pub async fn run(
     cfg: ProxyConfig,
     stop: tokio::sync::mpsc::UnboundedReceiver<()>,
     reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
+    process: Process,
 ) -> Result<Arc<Registry>, String> {
     let mut cfg = cfg;
     // satpep's own congestion controls stay loaded while the proxy runs (sockets still using
-    // them keep them registered until they close).
-    let bundled = check_and_load(&mut cfg)?;
+    // them keep them registered until they close). A worker uses what its leader loaded:
+    // it does not replace the pinned ones under the leader's connections.
+    let bundled = check_and_load(&mut cfg, !matches!(process, Process::Worker { .. }))?;
     let r = match cfg.tunnel.clone().filter(|t| t.role == Role::Gateway) {
         Some(t) => {
             // Toward the servers is the terrestrial leg, whatever satellite_side says.
             let server_leg = cfg.terrestrial.clone();
             gateway(cfg, t, server_leg, stop, reload).await
         }
-        None => intercept(cfg, stop, reload).await,
+        None => intercept(cfg, stop, reload, process).await,
     };
     drop(bundled);
     r
@@ -168,8 +173,10 @@ fn bundled_in_use(cfg: &ProxyConfig) -> Vec<&'static str> {
 /// configuration names (satpep's own are loaded here, for as long as the returned handles
 /// live, unless something else such as `satpep cc load --pin` already registered them) and
 /// the adaptive policy's. Each error names the config key that asked.
-fn check_and_load(cfg: &mut ProxyConfig) -> Result<Vec<satpep_cc::Loaded>, String> {
-    refresh_pinned(cfg);
+fn check_and_load(cfg: &mut ProxyConfig, refresh: bool) -> Result<Vec<satpep_cc::Loaded>, String> {
+    if refresh {
+        refresh_pinned(cfg);
+    }
     let default_cc = default_satellite_congestion(cfg);
     let refused = crate::preflight::start_refusals(cfg);
     if !refused.is_empty() {
@@ -218,11 +225,18 @@ async fn intercept(
     cfg: ProxyConfig,
     stop: tokio::sync::mpsc::UnboundedReceiver<()>,
     reload: tokio::sync::mpsc::UnboundedReceiver<crate::lifecycle::Reload>,
+    process: Process,
 ) -> Result<Arc<Registry>, String> {
     let (down_leg, up_leg) = legs_of(&cfg);
     let budget = descriptor_budget(&cfg);
-    for w in crate::preflight::host_shortfall(&cfg) {
-        warn!("{w}");
+    let worker = match &process {
+        Process::Worker { index, shared } => Some(Arc::new(Publisher::open(*index, shared)?)),
+        _ => None,
+    };
+    if worker.is_none() {
+        for w in crate::preflight::host_shortfall(&cfg) {
+            warn!("{w}");
+        }
     }
     let registry = Arc::new(Registry::new(match cfg.tunnel {
         Some(_) => crate::registry::Mode::Terminal,
@@ -237,14 +251,19 @@ async fn intercept(
         }
         None => None,
     };
-    let std_listener = listener(cfg.port, &down_leg).map_err(|e| {
+    let std_listener = listener(cfg.port, &down_leg, cfg.workers > 1).map_err(|e| {
         format!(
             "cannot listen on port {} (IP_TRANSPARENT needs root): {e}",
             cfg.port
         )
     })?;
     let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
-    let control = start_control(&cfg, &registry).await?;
+    // The leader serves /metrics and /connections for all.
+    let control = if worker.is_none() {
+        start_control(&cfg, &registry).await?
+    } else {
+        Vec::new()
+    };
     // The legs new connections get; a reload replaces them (lifecycle::keep).
     let (legs_tx, legs) = tokio::sync::watch::channel((Arc::new(down_leg), Arc::new(up_leg)));
     // The queue is read before the rules that fill it exist.
@@ -263,9 +282,23 @@ async fn intercept(
     } else {
         None
     };
-    install_interception(&cfg, holder.as_deref())?;
-    crate::notify::ready("intercepting");
-    let watchdog = crate::notify::watchdog();
+    // Workers listen before the rules divert anything to the port.
+    let workers = match &process {
+        Process::Leader { command } if cfg.workers > 1 => {
+            let w = Workers::start(cfg.workers, command).await?;
+            let _ = registry.workers.set(w.shared.clone());
+            Some(Arc::new(tokio::sync::Mutex::new(w)))
+        }
+        _ => None,
+    };
+    let watchdog = if worker.is_none() {
+        install_interception(&cfg, holder.as_deref())?;
+        crate::notify::ready("intercepting");
+        crate::notify::watchdog()
+    } else {
+        drop_privileges()?;
+        None
+    };
     let k = &registry.counters;
     k.max_connections.store(budget.connections, Relaxed);
     k.memory_limit.store(cfg.max_memory, Relaxed);
@@ -273,8 +306,32 @@ async fn intercept(
         memory: AtomicU64::new(0),
         bypassing: std::sync::Mutex::new(None),
         stopping: std::sync::atomic::AtomicBool::new(false),
+        link: match (&worker, registry.workers.get()) {
+            (Some(p), _) => Link::Worker(p.clone()),
+            (None, Some(s)) => Link::Leader(s.clone()),
+            (None, None) => Link::Alone,
+        },
     });
     let sampler = sample_memory(admission.clone(), registry.clone());
+    // Between the processes of one proxy: a worker publishes its figures, the leader reads
+    // them and reaps workers that died.
+    let linker = (worker.is_some() || workers.is_some())
+        .then(|| link_processes(admission.clone(), registry.clone(), workers.clone()));
+    if let Some(p) = &worker {
+        p.slot().limit.store(budget.connections, Relaxed);
+        // Listening, privileges dropped: the leader may go on.
+        p.slot().pid.store(u64::from(std::process::id()), Relaxed);
+    }
+    // The leader passes its signals on: a stop (each one: the second resets at once) and a
+    // reload, which each worker applies from the file itself.
+    let (stop, forwarding) = match &workers {
+        Some(ws) => {
+            let pids = ws.lock().await.pids();
+            let (s, f) = forward_signals(stop, pids)?;
+            (s, Some(f))
+        }
+        None => (stop, None),
+    };
     // A split gateway shares its carrier when configured to (a reload may start or stop it).
     let (carrier_tx, sharing) = if cfg.tunnel.is_none() && !cfg.satellite_upstream {
         if cfg.carrier.is_some() {
@@ -295,6 +352,7 @@ async fn intercept(
             admission: None,
             carrier: None,
             split_carrier: carrier_tx,
+            rules: worker.is_none(),
         },
     ));
     let cfg = Arc::new(cfg);
@@ -307,7 +365,11 @@ async fn intercept(
     // Clients whose SYN was diverted before the bypass are still accepted while draining.
     let shutdown = {
         let (adm, reg) = (admission.clone(), registry.clone());
-        stopped(stop, cfg.drain, registry.clone(), move || {
+        let (reg2, ws) = (registry.clone(), registry.workers.get().cloned());
+        let live = move || {
+            reg2.counters.active.load(Relaxed) + ws.as_ref().map_or(0, |s| s.totals().active)
+        };
+        stopped(stop, cfg.drain, live, move || {
             adm.stopping.store(true, Relaxed);
             adm.update(&reg.counters);
         })
@@ -326,6 +388,14 @@ async fn intercept(
     let live = registry.live().len();
     if live > 0 {
         warn!(live, "stopping: resetting live connections");
+    }
+    // The rules stay until every worker has drained and exited: its live connections need
+    // them.
+    if let Some(ws) = &workers {
+        ws.lock().await.wait().await;
+    }
+    for t in linker.into_iter().chain(forwarding) {
+        t.abort();
     }
     sampler.abort();
     keeper.abort();
@@ -347,6 +417,13 @@ async fn intercept(
     }
     if let Some(t) = &terminal {
         t.close().await;
+    }
+    if worker.is_some() {
+        // The leader's rules: it removes them.
+        for c in control {
+            c.abort();
+        }
+        return Ok(registry);
     }
     netfilter::cleanup(cfg.mark, cfg.table);
     for c in control {
@@ -514,6 +591,80 @@ impl Accepting {
     }
 }
 
+/// How often the processes of one proxy exchange their figures: what a worker may accept
+/// past its limit before the leader bypasses is what arrives in this time.
+const LINK_EVERY: Duration = Duration::from_millis(20);
+
+/// A worker publishes its figures for the leader's `/metrics` and admission; the leader
+/// re-decides the bypass from its workers' and reaps those that died.
+fn link_processes(
+    adm: Arc<Admission>,
+    reg: Arc<Registry>,
+    workers: Option<Arc<tokio::sync::Mutex<Workers>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(LINK_EVERY);
+        loop {
+            tick.tick().await;
+            let k = &reg.counters;
+            if let Link::Worker(p) = &adm.link {
+                let s = p.slot();
+                let (up, down) = reg.relayed();
+                s.limit.store(k.max_connections.load(Relaxed), Relaxed);
+                s.accepted.store(k.total.load(Relaxed), Relaxed);
+                s.failed.store(k.failed.load(Relaxed), Relaxed);
+                s.copied.store(k.copied.load(Relaxed), Relaxed);
+                s.bytes_up.store(up, Relaxed);
+                s.bytes_down.store(down, Relaxed);
+            }
+            adm.update(k);
+            if let Some(w) = &workers {
+                if let Ok(mut w) = w.try_lock() {
+                    w.reap();
+                }
+            }
+        }
+    })
+}
+
+/// The leader's signals for its workers: each stop message is passed on as a SIGTERM (a
+/// second one resets their connections too) before it reaches the leader's own stop, and
+/// every SIGHUP as a SIGHUP (each worker reloads the file itself).
+fn forward_signals(
+    mut stop: tokio::sync::mpsc::UnboundedReceiver<()>,
+    pids: Vec<u32>,
+) -> Result<
+    (
+        tokio::sync::mpsc::UnboundedReceiver<()>,
+        tokio::task::JoinHandle<()>,
+    ),
+    String,
+> {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let send = move |sig: libc::c_int| {
+        for &p in &pids {
+            // SAFETY: signalling a worker this process started.
+            unsafe { libc::kill(p as libc::pid_t, sig) };
+        }
+    };
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                m = stop.recv() => {
+                    send(libc::SIGTERM);
+                    if m.is_none() || tx.send(()).is_err() {
+                        return;
+                    }
+                }
+                Some(()) = hup.recv() => send(libc::SIGHUP),
+            }
+        }
+    });
+    Ok((rx, task))
+}
+
 /// Resolves when the proxy is to stop: at the first message on `stop` if there is no drain
 /// or nothing is live; otherwise `begin` runs (new connections bypass from then on) and it
 /// resolves once no connection is live, `drain` has passed, or a second message comes (a
@@ -521,11 +672,10 @@ impl Accepting {
 async fn stopped(
     mut stop: tokio::sync::mpsc::UnboundedReceiver<()>,
     drain: Option<Duration>,
-    reg: Arc<Registry>,
+    live: impl Fn() -> u64,
     begin: impl FnOnce(),
 ) {
     let _ = stop.recv().await;
-    let live = || reg.counters.active.load(Relaxed);
     let Some(drain) = drain.filter(|_| live() > 0) else {
         crate::notify::stopping("stopping");
         return;
@@ -745,6 +895,18 @@ struct Admission {
     bypassing: std::sync::Mutex<Option<&'static str>>,
     /// The proxy is draining: every new connection bypasses it from now on.
     stopping: std::sync::atomic::AtomicBool,
+    /// The other processes of this proxy, if any (`proxy.workers`).
+    link: Link,
+}
+
+/// How a process's admission reaches the others'.
+enum Link {
+    /// The only process.
+    Alone,
+    /// The leader: it decides for all, from its workers' figures too.
+    Leader(Arc<crate::workers::Shared>),
+    /// A worker: it publishes whether it is full; the leader decides.
+    Worker(Arc<Publisher>),
 }
 
 impl Admission {
@@ -752,15 +914,39 @@ impl Admission {
     /// accepts, closes and the sampler always leave the bypass matching the latest values.
     fn update(&self, c: &Counters) {
         let mut b = self.bypassing.lock().unwrap();
-        let active = c.active.load(Relaxed);
+        let mut active = c.active.load(Relaxed);
         let memory = self.memory.load(Relaxed);
         // The limits as the last reload left them.
-        let (max, max_memory) = (
+        let (mut max, max_memory) = (
             c.max_connections.load(Relaxed),
             c.memory_limit.load(Relaxed),
         );
+        let mut worker_full = false;
+        match &self.link {
+            Link::Alone => {}
+            Link::Leader(s) => {
+                let t = s.totals();
+                active += t.active;
+                max += t.limit;
+                // The kernel still gives a full worker its share of new connections.
+                worker_full = t.any_full;
+            }
+            Link::Worker(p) => {
+                let slot = p.slot();
+                let full = if slot.full.load(Relaxed) != 0 {
+                    active * 10 >= max * 9
+                } else {
+                    active >= max
+                };
+                slot.full.store(u64::from(full), Relaxed);
+                slot.active.store(active, Relaxed);
+                return;
+            }
+        }
         let want = if self.stopping.load(Relaxed) {
             Some("stopping")
+        } else if worker_full {
+            Some("a worker's connection limit")
         } else if b.is_some() {
             if active * 10 >= max * 9 {
                 Some("connection limit")
@@ -961,6 +1147,7 @@ async fn gateway(
             admission: Some(admission_tx),
             carrier: Some(ep.paced()),
             split_carrier: None,
+            rules: true,
         },
     ));
     let mark = netfilter::Marks::new(cfg.mark).upstream;
@@ -980,7 +1167,13 @@ async fn gateway(
     };
     // The gateway intercepts nothing, so nothing bypasses it while it drains: flows the
     // terminal still opens are carried, and reset with the rest at the end of the drain.
-    let shutdown = stopped(stop, cfg.drain, registry.clone(), || {});
+    let reg = registry.clone();
+    let shutdown = stopped(
+        stop,
+        cfg.drain,
+        move || reg.counters.active.load(Relaxed),
+        || {},
+    );
     let r = crate::tunnel::run_gateway(
         ep,
         &t,

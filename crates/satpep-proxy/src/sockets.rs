@@ -139,10 +139,14 @@ pub fn tune(s: SockRef<'_>, leg: &Leg) -> io::Result<()> {
 }
 
 /// A dual-stack transparent listener on `[::]:port`; accepted sockets inherit `leg`'s buffers.
-pub fn listener(port: u16, leg: &Leg) -> io::Result<std::net::TcpListener> {
+pub fn listener(port: u16, leg: &Leg, shared: bool) -> io::Result<std::net::TcpListener> {
     let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
     s.set_only_v6(false)?;
     s.set_reuse_address(true)?;
+    // Workers (proxy.workers) each listen on the port; the kernel spreads connections.
+    if shared {
+        s.set_reuse_port(true)?;
+    }
     set_transparent(&s, true)?;
     tune_listener(SockRef::from(&s), leg)?;
     s.bind(&SocketAddr::from(([0u16; 8], port)).into())?;
@@ -150,7 +154,9 @@ pub fn listener(port: u16, leg: &Leg) -> io::Result<std::net::TcpListener> {
         // Queue of pending Fast Open requests (connections whose SYN carried data).
         setopt_int(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_FASTOPEN, 1024)?;
     }
-    s.listen(1024)?;
+    // A burst of clients waits here while the accept loop catches up (the kernel caps it at
+    // net.core.somaxconn).
+    s.listen(4096)?;
     s.set_nonblocking(true)?;
     Ok(s.into())
 }

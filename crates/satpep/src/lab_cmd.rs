@@ -206,6 +206,21 @@ Example:
         #[arg(long)]
         count: usize,
     },
+    /// The load benchmark's client half (internal): opens COUNT connections to ADDR on
+    /// THREADS threads and runs the commands read from stdin (connect, send, echoed, busy,
+    /// close).
+    #[command(hide = true)]
+    LoadClient {
+        /// Server address and port.
+        #[arg(long)]
+        addr: std::net::SocketAddr,
+        /// Connections to open.
+        #[arg(long)]
+        count: usize,
+        /// Threads that open them.
+        #[arg(long, default_value_t = 32)]
+        threads: usize,
+    },
 }
 
 pub fn main(cmd: LabCmd) -> Result<(), String> {
@@ -353,5 +368,10 @@ pub fn main(cmd: LabCmd) -> Result<(), String> {
         LabSub::LoadServer { port, count } => {
             satpep_lab::scenario::kinds::connections::load_server(port, count)
         }
+        LabSub::LoadClient {
+            addr,
+            count,
+            threads,
+        } => satpep_lab::scenario::kinds::connections::load_client(addr, count, threads),
     }
 }

@@ -53,6 +53,13 @@ pub struct ProxyCmd {
     /// them up at info).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "auto")]
     log_format: crate::logging::LogFormat,
+    /// Run as worker N of a proxy with proxy.workers > 1 (the proxy starts its workers
+    /// itself).
+    #[arg(long, hide = true, value_name = "N", requires = "worker_shared")]
+    worker: Option<usize>,
+    /// The leader's shared page, for a worker.
+    #[arg(long, hide = true, value_name = "PATH", requires = "worker")]
+    worker_shared: Option<PathBuf>,
 }
 
 /// Reads and validates the configuration (the defaults without a file).
@@ -94,10 +101,23 @@ pub fn main(mut cmd: ProxyCmd) -> Result<(), String> {
         return Ok(());
     }
     crate::logging::init(cmd.log_format);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let process = match (cmd.worker, &cmd.worker_shared) {
+        (Some(index), Some(shared)) => satpep_proxy::workers::Process::Worker {
+            index,
+            shared: shared.clone(),
+        },
+        _ if cfg.workers > 1 => satpep_proxy::workers::Process::Leader {
+            command: worker_command(&cmd)?,
+        },
+        _ => satpep_proxy::workers::Process::Alone,
+    };
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    // Workers share the host's cores with each other and their leader: one runtime thread
+    // each (the kernel does most of a split connection's work anyway).
+    if matches!(process, satpep_proxy::workers::Process::Worker { .. }) {
+        rt.worker_threads(1);
+    }
+    let rt = rt.enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {
         // SIGHUP re-reads the configuration; the proxy applies what is safe (lifecycle.rs).
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -129,10 +149,39 @@ pub fn main(mut cmd: ProxyCmd) -> Result<(), String> {
                 }
             }
         });
-        satpep_proxy::server::run(cfg, stop_rx, rx)
-            .await
-            .map(|_| ())
+        // A worker's log lines say which worker wrote them.
+        let worker = match &process {
+            satpep_proxy::workers::Process::Worker { index, .. } => Some(*index),
+            _ => None,
+        };
+        let run = satpep_proxy::server::run(cfg, stop_rx, rx, process);
+        match worker {
+            Some(n) => {
+                use tracing::Instrument;
+                run.instrument(tracing::info_span!("worker", n)).await
+            }
+            None => run.await,
+        }
+        .map(|_| ())
     })
+}
+
+/// How the leader starts a worker: this program, with the same configuration file and log
+/// format (the worker's index and the shared page are added).
+fn worker_command(cmd: &ProxyCmd) -> Result<Vec<std::ffi::OsString>, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("proxy.workers: cannot find this program to start workers: {e}"))?;
+    let mut c = vec![exe.into_os_string(), "proxy".into()];
+    if let Some(p) = &cmd.config {
+        // Absolute: a reload in the worker reads it again.
+        let p = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        c.extend(["--config".into(), p.into_os_string()]);
+    }
+    let fmt = clap::ValueEnum::to_possible_value(&cmd.log_format)
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_else(|| "auto".into());
+    c.extend(["--log-format".into(), fmt.into()]);
+    Ok(c)
 }
 
 /// `--check`: the ruleset on stdout, findings on stderr (or all of it as one JSON object on

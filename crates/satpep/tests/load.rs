@@ -24,13 +24,24 @@ fn a_thousand_concurrent_connections_work_and_are_released() {
         .iter()
         .map(|c| c["config"].as_str().unwrap())
         .collect();
-    assert_eq!(modes, ["end-to-end", "split", "tunnel"]);
-    for c in cells {
+    assert_eq!(
+        modes,
+        [
+            "end-to-end",
+            "split",
+            "tunnel",
+            "end-to-end",
+            "split, 16 workers"
+        ]
+    );
+    for (i, c) in cells.iter().enumerate() {
         let mode = c["config"].as_str().unwrap();
+        // The scale part: 2 000 connections, the proxies in 16 processes each.
+        let n = if i < 3 { 1000 } else { 2000 };
         assert_eq!(c["failures"], 0, "{mode}: {c}");
         let r = &c["connections"];
         for k in ["connected", "accepted", "echoed", "busy_intact"] {
-            assert_eq!(r[k], 1000, "{mode}: {k}: {r}");
+            assert_eq!(r[k], n, "{mode}: {k}: {r}");
         }
         assert!(r["drain_s"].as_f64().is_some(), "{mode}: not released: {r}");
         // The main metric is the connection rate.
@@ -43,13 +54,13 @@ fn a_thousand_concurrent_connections_work_and_are_released() {
             // one in each; nothing more while idle (no duplicates, no idle pipes).
             // A connection the proxies let bypass them (their admission control counts the
             // machine's kernel TCP memory, which another test may still hold) has none.
-            let per = if mode == "split" { 4 } else { 2 };
+            let per = if mode.starts_with("split") { 4 } else { 2 };
             let bypassed = r["bypassed"].as_u64().unwrap();
             assert!(bypassed < 100, "{mode}: {bypassed} bypassed: {r}");
             let idle = fds[1].as_u64().unwrap() - fds[0].as_u64().unwrap();
             assert!(
-                idle >= per * (1000 - bypassed) && idle <= per * 1000 + 50,
-                "{mode}: {idle} descriptors for 1000 idle connections, {bypassed} bypassed: {r}"
+                idle >= per * (n - bypassed) && idle <= per * n + 50,
+                "{mode}: {idle} descriptors for {n} idle connections, {bypassed} bypassed: {r}"
             );
             assert_eq!(
                 fds[3], fds[0],
@@ -58,9 +69,11 @@ fn a_thousand_concurrent_connections_work_and_are_released() {
             // Issue 43's bound, 8 KB of each proxy's memory per idle connection (the figure
             // is both proxies'): a tunnel flow held 29 KB while its TCP-to-stream direction
             // kept a 64 KiB buffer while idle.
+            // (At the scale part's quick size, 2 000 connections over 32 processes, each
+            // process's first heap growth is still most of the figure.)
             let per_idle = r["rss_per_idle"].as_f64().unwrap();
             assert!(
-                per_idle <= 16_384.0,
+                i >= 3 || per_idle <= 16_384.0,
                 "{mode}: {per_idle:.0} bytes of the proxies' memory per idle connection: {r}"
             );
         }

@@ -2401,3 +2401,98 @@ fn flow_control_holds_back_a_fast_sender_for_a_slow_reader() {
         "buffer sizing did not lower the receive buffer: plain {plain:?}, sized {all:?}"
     );
 }
+
+/// `proxy.workers`: the connections are spread over the proxy's processes, which its
+/// `/metrics` adds up; past a process's share of `max_connections` new connections bypass
+/// (and work); a stop ends every process and removes the rules and the shared page.
+#[test]
+fn worker_processes_share_the_connections_and_stop_with_the_proxy() {
+    let mut lab = lab_with(
+        "pwrk",
+        "[both]\nrate='20Mbit'\ndelay='10ms'\n",
+        Some(Pep {
+            cc: Some("cubic".into()),
+            max_connections: Some(30),
+            file: ProxyFile {
+                proxy: ProxySection {
+                    workers: 3,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        }),
+    );
+    echo_server(&lab, 9031);
+    let workers_of = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let leaders = lab.state().proxy_pids.clone();
+    for &p in &leaders {
+        assert_eq!(workers_of(p).len(), 2, "proxy {p}: {:?}", workers_of(p));
+    }
+    let gateway_workers = workers_of(leaders[1]);
+    // 24 connections, echoed: about 8 a process, each process's share is 10.
+    let mut conns: Vec<TcpStream> = (0..24).map(|_| connect_from_client(&lab, 9031)).collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        echo(c, i as u8);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(metric(&lab, Host::Gateway, "satpep_workers"), 2.0);
+    let m = metrics(&lab, Host::Gateway);
+    let per_worker: Vec<f64> = m
+        .lines()
+        .filter(|l| l.starts_with("satpep_worker_connections_active{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(per_worker.len(), 2, "{m}");
+    assert!(
+        per_worker.iter().all(|&n| n > 0.0),
+        "every worker relays: {m}"
+    );
+    let active = metric(&lab, Host::Gateway, "satpep_connections_active");
+    assert!(
+        (20.0..=24.0).contains(&active),
+        "{active} connections active (24 opened, a few may bypass a full process):\n{m}"
+    );
+    // 24 more: the processes fill their shares; the rest bypass, and work.
+    let more: Vec<TcpStream> = (0..24)
+        .map(|i| {
+            let mut c = connect_from_client(&lab, 9031);
+            echo(&mut c, 100 + i as u8);
+            c
+        })
+        .collect();
+    let log = lab.proxy_log(Host::Gateway);
+    assert!(log.contains("connection limit reached"), "{log}");
+    let active = metric(&lab, Host::Gateway, "satpep_connections_active");
+    assert!(active <= 33.0, "{active} active past a limit of 30:\n{log}");
+    for (i, c) in conns.iter_mut().enumerate() {
+        echo(c, 200 + i as u8);
+    }
+    drop(more);
+    drop(conns);
+    lab.stop_proxies();
+    std::thread::sleep(Duration::from_millis(300));
+    for p in gateway_workers {
+        assert!(!alive(p), "worker {p} outlived its proxy");
+    }
+    assert!(!has_table(&lab, Host::Gateway));
+    let pages: Vec<_> = std::fs::read_dir("/run/satpep")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    leaders
+                        .iter()
+                        .any(|p| n.starts_with(&format!("workers-{p}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(pages.is_empty(), "shared pages left: {pages:?}");
+}

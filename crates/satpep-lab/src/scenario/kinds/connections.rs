@@ -9,11 +9,14 @@
 //! 5. close everything: the proxies' descriptors and memory afterwards, and how long they take
 //!    to get back to where they started.
 //!
-//! The server half runs as its own process (`satpep lab load-server`): each end of 10 000
-//! connections needs its own descriptor table under this machine's limit.
+//! Both halves run as processes of their own (`satpep lab load-server` in the server host,
+//! `satpep lab load-client` in the client's), [`SHARD`] connections each at most, each pair
+//! on a server port of its own: every process needs a descriptor per connection, under this
+//! machine's limit of 20 000, and one client address reaches one server port through at
+//! most the ephemeral ports' 28 000.
 
 use super::{check_count, Kind};
-use crate::checked::{fill, in_netns, pattern_byte};
+use crate::checked::{fill, pattern_byte};
 use crate::scenario::spec::{CellSpec, Metric, PepMode};
 use crate::scenario::traffic::RunRecord;
 use crate::topology::{Host, Lab, SERVER_V4};
@@ -27,7 +30,12 @@ use std::time::{Duration, Instant};
 /// First server port; each cell has its own (see [`measure`]).
 const PORT: u16 = 9700;
 const BUSY_BYTES: usize = 16 << 10;
+/// Connecting threads in all.
 const CONNECTORS: usize = 32;
+/// Most connections one client process (and one server process, one server port) holds.
+pub const SHARD: usize = 15_000;
+/// Server port `k` of a cell is its first plus `k` times this (cells take 200 ports).
+const SHARD_PORTS: u16 = 200;
 
 /// Many concurrent connections.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,7 +65,9 @@ pub struct ConnectionsRecord {
     /// budget: they run end to end past it); the larger of the two proxies' counts.
     #[serde(default)]
     pub bypassed: u64,
-    /// New connections per second while opening them all.
+    /// New connections per second while opening them all: until every client's connect
+    /// returned and the servers had accepted them, whichever came later (a proxy answers the
+    /// client before it reaches the server).
     pub connects_per_s: f64,
     /// The proxies' resident memory before, with all connections idle, at the busy peak and
     /// after closing, bytes.
@@ -82,7 +92,7 @@ impl Kind for Connections {
     }
 
     fn check(&self, _cell: &CellSpec) -> Result<(), String> {
-        check_count("count", self.count, 1, 30_000)
+        check_count("count", self.count, 1, 150_000)
     }
 
     fn ports(&self) -> std::ops::Range<u16> {
@@ -154,10 +164,20 @@ struct Sample {
     tcp: u64,
 }
 
+/// `pid` and its children: a proxy's worker processes (`proxy.workers`) count as its own.
+fn with_children(pid: u32) -> Vec<u32> {
+    let mut v = vec![pid];
+    if let Ok(t) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        v.extend(t.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+    }
+    v
+}
+
 fn sample(pids: &[u32]) -> Sample {
+    let all: Vec<u32> = pids.iter().flat_map(|&p| with_children(p)).collect();
     Sample {
-        rss: pids.iter().map(|&p| rss(p)).sum(),
-        fds: pids.iter().map(|&p| fds(p)).sum(),
+        rss: all.iter().map(|&p| rss(p)).sum(),
+        fds: all.iter().map(|&p| fds(p)).sum(),
         // Machine-wide, as the proxy's admission control reads it.
         tcp: satpep_proxy::server::kernel_tcp_memory(),
     }
@@ -178,21 +198,28 @@ fn baseline(pids: &[u32]) -> Sample {
     s0
 }
 
-/// Accepts up to `n` connections within `wait`.
-fn accept_all(l: std::net::TcpListener, n: usize, wait: Duration) -> Vec<TcpStream> {
+/// Accepts up to `n` connections, until none came for `quiet` (after the first) or `wait`
+/// passed: the connections, and the time from `t0` to the last one.
+fn accept_all(
+    l: std::net::TcpListener,
+    n: usize,
+    t0: Instant,
+    quiet: Duration,
+    wait: Duration,
+) -> (Vec<TcpStream>, Duration) {
     let _ = l.set_nonblocking(true);
-    let t0 = Instant::now();
     let mut v = Vec::with_capacity(n);
-    while v.len() < n && t0.elapsed() < wait {
+    let mut last = t0;
+    while v.len() < n && t0.elapsed() < wait && (v.is_empty() || last.elapsed() < quiet) {
         match l.accept() {
-            Ok((s, _)) => v.push(s),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2))
+            Ok((s, _)) => {
+                v.push(s);
+                last = Instant::now();
             }
             Err(_) => std::thread::sleep(Duration::from_millis(2)),
         }
     }
-    v
+    (v, last - t0)
 }
 
 /// Round-robin over non-blocking sockets until each has done its part or `wait` passes:
@@ -238,77 +265,117 @@ fn round_robin(
     ok
 }
 
-/// The server half, in its own process (each end of 10 000 connections needs its own
-/// descriptor table under a 20 000 limit), driven one command per line on its stdin; it
-/// answers each with a count.
-struct LoadServer {
+/// One half's process (server or client), driven one command per line on its stdin; it
+/// answers each with a line whose last words are numbers.
+struct Half {
     child: std::process::Child,
     out: std::io::BufReader<std::process::ChildStdout>,
+    what: &'static str,
 }
 
-impl LoadServer {
-    fn start(lab: &Lab, n: usize, port: u16) -> Result<LoadServer, String> {
+impl Half {
+    fn start(lab: &Lab, host: Host, args: &[String], what: &'static str) -> Result<Half, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut child = lab
-            .command(Host::Server, exe)
-            .args(["lab", "load-server", "--port", &port.to_string()])
-            .args(["--count", &n.to_string()])
+            .command(host, exe)
+            .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start the load server: {e}"))?;
+            .map_err(|e| format!("cannot start the {what}: {e}"))?;
         let out = std::io::BufReader::new(child.stdout.take().expect("piped"));
-        let mut s = LoadServer { child, out };
-        s.answer()?;
-        Ok(s)
+        let mut h = Half { child, out, what };
+        h.answer()?;
+        Ok(h)
+    }
+
+    /// A server of `n` connections on `port`.
+    fn server(lab: &Lab, n: usize, port: u16) -> Result<Half, String> {
+        let args = ["lab", "load-server", "--port", &port.to_string(), "--count", &n.to_string()];
+        Half::start(lab, Host::Server, &args.map(String::from), "load server")
+    }
+
+    /// A client of `n` connections to `addr`, opened on `threads` threads.
+    fn client(lab: &Lab, n: usize, addr: SocketAddr, threads: usize) -> Result<Half, String> {
+        let args = [
+            "lab",
+            "load-client",
+            "--addr",
+            &addr.to_string(),
+            "--count",
+            &n.to_string(),
+            "--threads",
+            &threads.to_string(),
+        ];
+        Half::start(lab, Host::Client, &args.map(String::from), "load client")
     }
 
     fn send(&mut self, cmd: &str) -> Result<(), String> {
         let stdin = self.child.stdin.as_mut().expect("piped");
         writeln!(stdin, "{cmd}")
             .and_then(|_| stdin.flush())
-            .map_err(|e| format!("the load server is gone: {e}"))
+            .map_err(|e| format!("the {} is gone: {e}", self.what))
     }
 
-    fn answer(&mut self) -> Result<u64, String> {
+    /// The numbers of the next answer line (after its first word).
+    fn answer_all(&mut self) -> Result<Vec<u64>, String> {
         use std::io::BufRead;
         let mut line = String::new();
         self.out
             .read_line(&mut line)
-            .map_err(|e| format!("the load server is gone: {e}"))?;
-        line.trim()
-            .rsplit(' ')
-            .next()
-            .and_then(|w| w.parse().ok())
-            .ok_or_else(|| format!("the load server said {line:?}"))
+            .map_err(|e| format!("the {} is gone: {e}", self.what))?;
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|w| w.parse())
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("the {} said {line:?}", self.what))?;
+        if v.is_empty() {
+            return Err(format!("the {} said {line:?}", self.what));
+        }
+        Ok(v)
     }
 
-    /// Sends `cmd` (unless it was sent already) and waits for its answer.
-    fn ask(&mut self, cmd: &str) -> Result<u64, String> {
-        if cmd != "busy" {
-            self.send(cmd)?;
-        }
-        self.answer()
+    fn answer(&mut self) -> Result<u64, String> {
+        Ok(*self.answer_all()?.last().expect("not empty"))
     }
 }
 
-impl Drop for LoadServer {
+impl Drop for Half {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
+/// Sends `cmd` to every half, then adds up their answers.
+fn ask_all(halves: &mut [Half], cmd: &str) -> Result<u64, String> {
+    for h in halves.iter_mut() {
+        h.send(cmd)?;
+    }
+    halves.iter_mut().map(|h| h.answer()).sum()
+}
+
 /// The hidden `satpep lab load-server`: listens on `port` and answers commands on stdin:
-/// `accepted` (accept until `count` or 120 s, print the number), `echo` (read one byte on
+/// `accepted` (accept until `count`, or 30 s without a new connection, or 600 s; print the
+/// number and the microseconds from its ready line to the last), `echo` (read one byte on
 /// each connection and send it back), `busy` (send 16 KB of pattern 3 down each), `close`.
 pub fn load_server(port: u16, count: usize) -> Result<(), String> {
     raise_own_fd_limit(count);
     let listener = crate::sys::listen_any(port)?;
-    let acceptor =
-        std::thread::spawn(move || accept_all(listener, count, Duration::from_secs(120)));
+    let t0 = Instant::now();
+    let acceptor = std::thread::spawn(move || {
+        accept_all(
+            listener,
+            count,
+            t0,
+            Duration::from_secs(30),
+            Duration::from_secs(600),
+        )
+    });
     let mut acceptor = Some(acceptor);
     let mut socks: Vec<TcpStream> = Vec::new();
+    let mut last_us = 0u64;
     println!("ready 0");
     let stdin = std::io::stdin();
     let mut line = String::new();
@@ -320,9 +387,14 @@ pub fn load_server(port: u16, count: usize) -> Result<(), String> {
         let n = match line.trim() {
             "accepted" => {
                 if let Some(a) = acceptor.take() {
-                    socks = a.join().map_err(|_| "acceptor panicked".to_string())?;
+                    let (v, last) = a.join().map_err(|_| "acceptor panicked".to_string())?;
+                    socks = v;
+                    last_us = last.as_micros() as u64;
                 }
-                socks.len()
+                println!("accepted {} {last_us}", socks.len());
+                use std::io::Write as _;
+                let _ = std::io::stdout().flush();
+                continue;
             }
             "echo" => round_robin(&mut socks, Duration::from_secs(60), |_, s| {
                 let mut b = [0u8; 1];
@@ -355,6 +427,91 @@ pub fn load_server(port: u16, count: usize) -> Result<(), String> {
         println!("{} {n}", line.trim());
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
+    }
+}
+
+/// The hidden `satpep lab load-client`: runs the commands read from stdin on `count`
+/// connections to `addr`: `connect` (opens them on `threads` threads; answers the connections
+/// opened, the attempts that failed and the microseconds it took), `send` (one byte on
+/// each), `echoed` (reads it back on each: the right ones), `busy` (reads and checks 16 KB of
+/// pattern 3 on each: the intact ones), `close`.
+pub fn load_client(addr: SocketAddr, count: usize, threads: usize) -> Result<(), String> {
+    raise_own_fd_limit(count);
+    let mut socks: Vec<TcpStream> = Vec::new();
+    let say = |s: String| {
+        println!("{s}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    };
+    say("ready 0".into());
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if std::io::BufRead::read_line(&mut stdin.lock(), &mut line).unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        match line.trim() {
+            "connect" => {
+                let (v, failed, secs) = connect_all(count, addr, threads.max(1))?;
+                socks = v;
+                say(format!(
+                    "connect {} {failed} {}",
+                    socks.len(),
+                    (secs * 1e6) as u64
+                ));
+            }
+            "send" => {
+                let mut sent = vec![false; socks.len()];
+                let n = round_robin(&mut socks, Duration::from_secs(60), |i, s| {
+                    if !sent[i] {
+                        s.write_all(&[0x5a])?;
+                        sent[i] = true;
+                    }
+                    Ok(true)
+                });
+                say(format!("send {n}"));
+            }
+            "echoed" => {
+                let n = round_robin(&mut socks, Duration::from_secs(60), |_, s| {
+                    let mut b = [0u8; 1];
+                    match s.read(&mut b)? {
+                        1 if b[0] == 0x5a => Ok(true),
+                        _ => Err(ErrorKind::InvalidData.into()),
+                    }
+                });
+                say(format!("echoed {n}"));
+            }
+            "busy" => {
+                let mut got = vec![0usize; socks.len()];
+                let mut bad = vec![false; socks.len()];
+                let mut buf = vec![0u8; BUSY_BYTES];
+                round_robin(&mut socks, Duration::from_secs(300), |i, s| {
+                    let k = s.read(&mut buf[..BUSY_BYTES - got[i]])?;
+                    if k == 0 {
+                        return Err(ErrorKind::UnexpectedEof.into());
+                    }
+                    if (0..k).any(|j| buf[j] != pattern_byte(3, (got[i] + j) as u64)) {
+                        bad[i] = true;
+                    }
+                    got[i] += k;
+                    Ok(got[i] == BUSY_BYTES)
+                });
+                let intact = got
+                    .iter()
+                    .zip(&bad)
+                    .filter(|(g, b)| **g == BUSY_BYTES && !**b)
+                    .count();
+                say(format!("busy {intact}"));
+            }
+            "close" => {
+                let k = socks.len();
+                socks.clear();
+                say(format!("closed {k}"));
+                return Ok(());
+            }
+            other => return Err(format!("load client: unknown command {other:?}")),
+        }
     }
 }
 
@@ -406,11 +563,53 @@ fn measure(
     let bypassed0 = bypassed();
     phase()?; // connecting
 
-    let mut server = LoadServer::start(lab, n, port)?;
-    // 1. Connect.
-    let addr: SocketAddr = format!("{SERVER_V4}:{port}").parse().unwrap();
-    let (mut clients, failures, connect_s) = connect_all(lab, n, addr)?;
-    let accepted = server.ask("accepted")?;
+    // Shard k: its part of the connections, between server port k and client k.
+    let shards = n.div_ceil(SHARD);
+    let part = |k: usize| n / shards + usize::from(k < n % shards);
+    let port_of = |k: usize| port + SHARD_PORTS * k as u16;
+    let mut servers = Vec::new();
+    let mut servers_ready = Vec::new();
+    for k in 0..shards {
+        servers.push(Half::server(lab, part(k), port_of(k))?);
+        servers_ready.push(Instant::now());
+    }
+    let mut clients = (0..shards)
+        .map(|k| {
+            let addr = SocketAddr::new(SERVER_V4.parse().unwrap(), port_of(k));
+            Half::client(lab, part(k), addr, CONNECTORS.div_ceil(shards))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // 1. Connect: every client at once; the rate is all of them over the slowest's time.
+    let connect_began = Instant::now();
+    for c in clients.iter_mut() {
+        c.send("connect")?;
+    }
+    let (mut connected, mut failures, mut connect_us) = (0u64, 0u64, 0u64);
+    for c in clients.iter_mut() {
+        let v = c.answer_all()?;
+        let [ok, failed, us] = v[..] else {
+            return Err(format!("the load client answered {v:?} to connect"));
+        };
+        connected += ok;
+        failures += failed;
+        connect_us = connect_us.max(us);
+    }
+    // Through a proxy the client's connect returns once the proxy answered, before its
+    // own connection to the server: the rate is until the servers had them all (measured
+    // from each server's ready line, which came before the connects began).
+    let mut accepted = 0;
+    let mut accepted_s = 0f64;
+    for (s, ready) in servers.iter_mut().zip(&servers_ready) {
+        s.send("accepted")?;
+        let v = s.answer_all()?;
+        let [n, us] = v[..] else {
+            return Err(format!("the load server answered {v:?} to accepted"));
+        };
+        accepted += n;
+        let since_connect = us as f64 * 1e-6 - connect_began.duration_since(*ready).as_secs_f64();
+        accepted_s = accepted_s.max(since_connect);
+    }
+    let connect_s = (connect_us as f64 * 1e-6).max(accepted_s);
     // Connections that bypassed at least one proxy: at least the larger count.
     let bypassed = bypassed()
         .iter()
@@ -421,21 +620,26 @@ fn measure(
     phase()?; // echo
 
     // 2. Echo one byte on each.
-    let echoed = echo_all(&mut clients, &mut server)?;
+    ask_all(&mut clients, "send")?;
+    ask_all(&mut servers, "echo")?;
+    let echoed = ask_all(&mut clients, "echoed")? as usize;
     std::thread::sleep(Duration::from_secs(1));
     let s1 = sample(&pids);
     phase()?; // busy
 
     // 3. Busy: 16 KB down every connection at once, read and checked by the clients.
-    let (busy_intact, peak) = busy_all(&mut clients, &mut server, &pids)?;
+    let (busy_intact, peak) = busy_all(&mut clients, &mut servers, &pids)?;
     phase()?; // closing
 
     // 4. Close everything and wait for the proxies to let go.
-    let connected = clients.len();
+    let connected = connected as usize;
+    ask_all(&mut clients, "close")?;
     drop(clients);
-    server.ask("close")?;
+    ask_all(&mut servers, "close")?;
     let (drain_s, s3) = wait_released(&pids, s0.fds);
-    destroy_leftovers(lab, port);
+    for k in 0..shards {
+        destroy_leftovers(lab, port_of(k));
+    }
     let per = |a: u64, b: u64, k: usize| (a as f64 - b as f64) / k.max(1) as f64;
     Ok(ConnectionsRecord {
         connections: n,
@@ -456,20 +660,20 @@ fn measure(
     })
 }
 
-/// Opens `n` connections to `addr` from the client host, `CONNECTORS` threads at a time:
-/// the connections, how many failed, and the seconds it took.
+/// Opens `n` connections to `addr`, `threads` at a time: the connections, how many failed,
+/// and the seconds it took.
 fn connect_all(
-    lab: &Lab,
     n: usize,
     addr: SocketAddr,
+    threads: usize,
 ) -> Result<(Vec<TcpStream>, u64, f64), String> {
     let failures = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
-    let connectors: Vec<_> = (0..CONNECTORS)
+    let connectors: Vec<_> = (0..threads)
         .map(|k| {
-            let count = n / CONNECTORS + usize::from(k < n % CONNECTORS);
+            let count = n / threads + usize::from(k < n % threads);
             let failures = failures.clone();
-            in_netns(&lab.ns(Host::Client), move || {
+            std::thread::spawn(move || {
                 let mut v = Vec::with_capacity(count);
                 for _ in 0..count {
                     match TcpStream::connect_timeout(&addr, Duration::from_secs(20)) {
@@ -485,42 +689,16 @@ fn connect_all(
         .collect();
     let mut clients: Vec<TcpStream> = Vec::with_capacity(n);
     for c in connectors {
-        clients.extend(c.join().map_err(|_| "connector panicked".to_string())??);
+        clients.extend(c.join().map_err(|_| "connector panicked".to_string())?);
     }
     Ok((clients, failures.load(Relaxed), t0.elapsed().as_secs_f64()))
 }
 
-/// Sends one byte on every connection, has the server echo it, and counts the echoes that
-/// came back right.
-fn echo_all(clients: &mut [TcpStream], server: &mut LoadServer) -> Result<usize, String> {
-    let mut sent = vec![false; clients.len()];
-    round_robin(clients, Duration::from_secs(60), |i, s| {
-        if !sent[i] {
-            s.write_all(&[0x5a])?;
-            sent[i] = true;
-        }
-        Ok(true)
-    });
-    server.ask("echo")?;
-    let mut echoed = 0usize;
-    round_robin(clients, Duration::from_secs(60), |_, s| {
-        let mut b = [0u8; 1];
-        match s.read(&mut b)? {
-            1 if b[0] == 0x5a => {
-                echoed += 1;
-                Ok(true)
-            }
-            _ => Err(ErrorKind::InvalidData.into()),
-        }
-    });
-    Ok(echoed)
-}
-
-/// Has the server send 16 KB down every connection at once while the clients read and check
-/// it: the connections that got all of it intact, and the proxies' peak use meanwhile.
+/// Has the servers send 16 KB down every connection at once while the clients read and
+/// check it: the connections that got all of it intact, and the proxies' peak use meanwhile.
 fn busy_all(
-    clients: &mut [TcpStream],
-    server: &mut LoadServer,
+    clients: &mut [Half],
+    servers: &mut [Half],
     pids: &[u32],
 ) -> Result<(usize, Sample), String> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -542,31 +720,24 @@ fn busy_all(
             peak
         })
     };
-    server.send("busy")?;
-    let mut got = vec![0usize; clients.len()];
-    let mut bad = vec![false; clients.len()];
-    let mut buf = vec![0u8; BUSY_BYTES];
-    round_robin(clients, Duration::from_secs(300), |i, s| {
-        let k = s.read(&mut buf[..BUSY_BYTES - got[i]])?;
-        if k == 0 {
-            return Err(ErrorKind::UnexpectedEof.into());
+    let mut run = || -> Result<usize, String> {
+        for h in servers.iter_mut().chain(clients.iter_mut()) {
+            h.send("busy")?;
         }
-        if (0..k).any(|j| buf[j] != pattern_byte(3, (got[i] + j) as u64)) {
-            bad[i] = true;
-        }
-        got[i] += k;
-        Ok(got[i] == BUSY_BYTES)
-    });
-    let intact = got
-        .iter()
-        .zip(&bad)
-        .filter(|(g, b)| **g == BUSY_BYTES && !**b)
-        .count();
-    let answered = server.ask("busy");
+        let intact = clients
+            .iter_mut()
+            .map(|c| c.answer())
+            .sum::<Result<u64, _>>()?;
+        servers
+            .iter_mut()
+            .map(|s| s.answer())
+            .sum::<Result<u64, _>>()?;
+        Ok(intact as usize)
+    };
+    let intact = run();
     stop.store(true, Relaxed);
     let peak = sampler.join().map_err(|_| "sampler panicked".to_string())?;
-    answered?;
-    Ok((intact, peak))
+    Ok((intact?, peak))
 }
 
 /// Waits up to 60 s for the proxies' descriptors to come back to `fds0` after the close: the
