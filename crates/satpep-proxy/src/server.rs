@@ -744,50 +744,55 @@ fn log_summaries(
     every: Option<Duration>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let every = every?;
-    Some(tokio::spawn(async move {
-        let k = &reg.counters;
-        let totals = || {
-            let (up, down) = reg.relayed();
-            (
-                k.total.load(Relaxed),
-                k.failed.load(Relaxed),
-                reg.bypassed(),
-                up,
-                down,
-                reg.live().len(),
-            )
-        };
-        let mut tick = tokio::time::interval(every);
-        tick.tick().await;
-        let mut before = tokio::task::block_in_place(totals);
-        loop {
+    // In the caller's span: a worker's summary says which worker it is.
+    use tracing::Instrument;
+    Some(tokio::spawn(
+        async move {
+            let k = &reg.counters;
+            let totals = || {
+                let (up, down) = reg.relayed();
+                (
+                    k.total.load(Relaxed),
+                    k.failed.load(Relaxed),
+                    reg.bypassed(),
+                    up,
+                    down,
+                    reg.live().len(),
+                )
+            };
+            let mut tick = tokio::time::interval(every);
             tick.tick().await;
-            // Asks nft for the bypass counter (a process).
-            let now = tokio::task::block_in_place(totals);
-            let (accepted, failed, bypassed) = (
-                now.0 - before.0,
-                now.1 - before.1,
-                now.2.saturating_sub(before.2),
-            );
-            let (up, down) = (
-                now.3.saturating_sub(before.3),
-                now.4.saturating_sub(before.4),
-            );
-            if accepted + failed + bypassed + up + down > 0 || now.5 > 0 {
-                info!(
-                    live = now.5,
-                    accepted,
-                    failed,
-                    bypassed,
-                    up_bytes = up,
-                    down_bytes = down,
-                    interval = ?every,
-                    "summary"
+            let mut before = tokio::task::block_in_place(totals);
+            loop {
+                tick.tick().await;
+                // Asks nft for the bypass counter (a process).
+                let now = tokio::task::block_in_place(totals);
+                let (accepted, failed, bypassed) = (
+                    now.0 - before.0,
+                    now.1 - before.1,
+                    now.2.saturating_sub(before.2),
                 );
+                let (up, down) = (
+                    now.3.saturating_sub(before.3),
+                    now.4.saturating_sub(before.4),
+                );
+                if accepted + failed + bypassed + up + down > 0 || now.5 > 0 {
+                    info!(
+                        live = now.5,
+                        accepted,
+                        failed,
+                        bypassed,
+                        up_bytes = up,
+                        down_bytes = down,
+                        interval = ?every,
+                        "summary"
+                    );
+                }
+                before = now;
             }
-            before = now;
         }
-    }))
+        .in_current_span(),
+    ))
 }
 
 /// Setup is done: from here on every thread keeps only what running needs.
