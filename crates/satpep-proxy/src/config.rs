@@ -596,9 +596,9 @@ pub struct ProxySection {
     pub buffer_sizing: bool,
     /// Most connections split at once; past it new connections are forwarded end to end.
     pub max_connections: u32,
-    /// Processes that accept and relay split connections (1 to 64): the proxy itself and
-    /// `workers - 1` worker processes, all listening on `port` (SO_REUSEPORT, the kernel
-    /// spreads new connections among them). For a host whose descriptor limit holds fewer
+    /// Processes that accept and relay split connections (1 to 64): with more than one, the
+    /// proxy starts that many worker processes, all listening on `port` (SO_REUSEPORT, the
+    /// kernel spreads new connections among them), and only coordinates them. For a host whose descriptor limit holds fewer
     /// connections than `max_connections` and cannot be raised (a container without
     /// CAP_SYS_RESOURCE): each process has its own table. Split mode only.
     pub workers: u32,

@@ -475,7 +475,7 @@ pub fn metrics(reg: &Registry) -> String {
             ConstGauge::new(w.workers as i64),
         );
         let per = Labelled::<Gauge>::default();
-        for i in 1..crate::workers::MAX_WORKERS {
+        for i in 1..=crate::workers::MAX_WORKERS {
             let s = shared.slot(i);
             if s.pid.load(Relaxed) != 0 {
                 per.get_or_create(&labels(&[("worker", &i.to_string())]))
@@ -516,7 +516,7 @@ pub fn metrics(reg: &Registry) -> String {
     r.register(
         "connections_limit",
         "Connections past which new ones bypass the proxy (0: no limit, as at a gateway)",
-        ConstGauge::new(k.max_connections.load(Relaxed) as i64),
+        ConstGauge::new((k.max_connections.load(Relaxed) + w.limit) as i64),
     );
     r.register(
         "overloads",

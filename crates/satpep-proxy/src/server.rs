@@ -251,13 +251,21 @@ async fn intercept(
         }
         None => None,
     };
-    let std_listener = listener(cfg.port, &down_leg, cfg.workers > 1).map_err(|e| {
-        format!(
-            "cannot listen on port {} (IP_TRANSPARENT needs root): {e}",
-            cfg.port
-        )
-    })?;
-    let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
+    // With workers the leader accepts nothing itself: at 100 000 connections it took a
+    // third of its part while each worker took all of its own, and the clients the kernel
+    // queued for it were the ones that failed (docs/reliability.md).
+    let leads = matches!(process, Process::Leader { .. }) && cfg.workers > 1;
+    let listener = if leads {
+        None
+    } else {
+        let l = listener(cfg.port, &down_leg, cfg.workers > 1).map_err(|e| {
+            format!(
+                "cannot listen on port {} (IP_TRANSPARENT needs root): {e}",
+                cfg.port
+            )
+        })?;
+        Some(tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())?)
+    };
     // The leader serves /metrics and /connections for all.
     let control = if worker.is_none() {
         start_control(&cfg, &registry).await?
@@ -300,7 +308,9 @@ async fn intercept(
         None
     };
     let k = &registry.counters;
-    k.max_connections.store(budget.connections, Relaxed);
+    // A leader of workers holds none itself: the limit is theirs.
+    k.max_connections
+        .store(if leads { 0 } else { budget.connections }, Relaxed);
     k.memory_limit.store(cfg.max_memory, Relaxed);
     let admission = Arc::new(Admission {
         memory: AtomicU64::new(0),
@@ -512,13 +522,17 @@ struct Accepting {
 
 impl Accepting {
     /// Accepts clients on `listener`, each handled on a task of its own with the legs `legs`
-    /// holds at the time, until `shutdown` resolves.
+    /// holds at the time, until `shutdown` resolves (a leader of workers has no listener: it
+    /// only waits).
     async fn until(
         &self,
         shutdown: impl std::future::Future<Output = ()>,
-        listener: tokio::net::TcpListener,
+        listener: Option<tokio::net::TcpListener>,
         mut legs: tokio::sync::watch::Receiver<(Arc<Leg>, Arc<Leg>)>,
     ) {
+        let Some(listener) = listener else {
+            return shutdown.await;
+        };
         tokio::pin!(shutdown);
         // One descriptor held back for the moment the others run out (see below).
         let mut spare = std::fs::File::open("/dev/null").ok();

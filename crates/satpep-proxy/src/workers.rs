@@ -2,10 +2,11 @@
 //!
 //! Each process has its own descriptor table, so a host whose descriptor limit cannot be
 //! raised (a container without CAP_SYS_RESOURCE) holds `workers` times the connections one
-//! process can. The proxy (the leader) starts `workers - 1` copies of itself before it
-//! installs interception; every process binds the transparent listener on `proxy.port` with
-//! SO_REUSEPORT, and the kernel's TPROXY lookup spreads new connections among them by their
-//! addresses. Only the leader touches nftables, serves `/metrics` and `/connections`, and
+//! process can. The proxy (the leader) starts `workers` copies of itself before it installs
+//! interception and accepts nothing itself; every worker binds the transparent listener on
+//! `proxy.port` with SO_REUSEPORT, and the kernel's TPROXY lookup spreads new connections
+//! among them by their addresses. (A leader that accepted too took a third of its part at
+//! 100 000 connections, and the clients queued for it failed.) Only the leader touches nftables, serves `/metrics` and `/connections`, and
 //! decides the bypass: each process publishes its live connections and whether it is at its
 //! own limit in a page of shared memory ([`Shared`]), and the leader bypasses new connections
 //! when the sum reaches `max_connections` or any process is full (the kernel would still give
@@ -27,7 +28,7 @@ pub const WORKER_ARG: &str = "--worker";
 /// The hidden argument naming the shared page.
 pub const SHARED_ARG: &str = "--worker-shared";
 
-/// One process's figures in the shared page (index 0 is the leader's, unused).
+/// One worker's figures in the shared page (slots 1 ..= [`MAX_WORKERS`]; 0 is unused).
 #[repr(C)]
 pub struct Slot {
     /// Its process ID once it listens (0: not yet, or gone).
@@ -62,7 +63,7 @@ unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
 
-const SIZE: usize = MAX_WORKERS * std::mem::size_of::<Slot>();
+const SIZE: usize = (MAX_WORKERS + 1) * std::mem::size_of::<Slot>();
 
 impl Shared {
     /// The leader's: a new page, zeroed.
@@ -135,9 +136,9 @@ impl Shared {
         &self.path
     }
 
-    /// Process `k`'s slot (`k` < [`MAX_WORKERS`]).
+    /// Worker `k`'s slot (`k` <= [`MAX_WORKERS`]).
     pub fn slot(&self, k: usize) -> &Slot {
-        assert!(k < MAX_WORKERS, "worker index {k}");
+        assert!(k <= MAX_WORKERS, "worker index {k}");
         // SAFETY: in bounds of the mapping, which lives as long as `self`; only atomics.
         unsafe { &*self.ptr.add(k) }
     }
@@ -145,7 +146,7 @@ impl Shared {
     /// Every worker's live connections and limits added up, and whether one is full.
     pub fn totals(&self) -> Totals {
         let mut t = Totals::default();
-        for k in 1..MAX_WORKERS {
+        for k in 1..=MAX_WORKERS {
             let s = self.slot(k);
             if s.pid.load(Relaxed) == 0 {
                 continue;
@@ -228,7 +229,7 @@ pub struct Workers {
 const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Workers {
-    /// Starts workers 1 .. `n` with `command` and waits until each listens. On failure the
+    /// Starts workers 1 ..= `n` with `command` and waits until each listens. On failure the
     /// ones started are killed.
     pub async fn start(n: u32, command: &[std::ffi::OsString]) -> Result<Workers, String> {
         let shared = std::sync::Arc::new(Shared::create()?);
@@ -239,7 +240,7 @@ impl Workers {
         let (program, args) = command
             .split_first()
             .ok_or("proxy.workers: no command to start workers with")?;
-        for k in 1..n as usize {
+        for k in 1..=n as usize {
             let mut c = tokio::process::Command::new(program);
             c.args(args)
                 .arg(WORKER_ARG)
@@ -266,10 +267,10 @@ impl Workers {
         }
         let t0 = std::time::Instant::now();
         loop {
-            let ready = (1..n as usize)
+            let ready = (1..=n as usize)
                 .filter(|&k| w.shared.slot(k).pid.load(Relaxed) != 0)
                 .count();
-            if ready + 1 == n as usize {
+            if ready == n as usize {
                 break;
             }
             for (k, c) in &mut w.children {
@@ -281,8 +282,7 @@ impl Workers {
             }
             if t0.elapsed() > READY_WAIT {
                 return Err(format!(
-                    "proxy.workers: {ready} of {} workers listened within {READY_WAIT:?}",
-                    n - 1
+                    "proxy.workers: {ready} of {n} workers listened within {READY_WAIT:?}"
                 ));
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -334,8 +334,8 @@ pub struct Publisher {
 impl Publisher {
     /// Opens the leader's page as worker `index`.
     pub fn open(index: usize, shared: &Path) -> Result<Publisher, String> {
-        if index == 0 || index >= MAX_WORKERS {
-            return Err(format!("worker index {index}: not 1 .. {MAX_WORKERS}"));
+        if index == 0 || index > MAX_WORKERS {
+            return Err(format!("worker index {index}: not 1 ..= {MAX_WORKERS}"));
         }
         Ok(Publisher {
             shared: Shared::open(shared)?,
@@ -380,7 +380,7 @@ mod tests {
             }
         );
         assert!(Publisher::open(0, leader.path()).is_err());
-        assert!(Publisher::open(MAX_WORKERS, leader.path()).is_err());
+        assert!(Publisher::open(MAX_WORKERS + 1, leader.path()).is_err());
         let path = leader.path().to_path_buf();
         drop(w);
         drop(leader);

@@ -2433,7 +2433,7 @@ fn worker_processes_share_the_connections_and_stop_with_the_proxy() {
     };
     let leaders = lab.state().proxy_pids.clone();
     for &p in &leaders {
-        assert_eq!(workers_of(p).len(), 2, "proxy {p}: {:?}", workers_of(p));
+        assert_eq!(workers_of(p).len(), 3, "proxy {p}: {:?}", workers_of(p));
     }
     let gateway_workers = workers_of(leaders[1]);
     // 24 connections, echoed: about 8 a process, each process's share is 10.
@@ -2442,14 +2442,14 @@ fn worker_processes_share_the_connections_and_stop_with_the_proxy() {
         echo(c, i as u8);
     }
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(metric(&lab, Host::Gateway, "satpep_workers"), 2.0);
+    assert_eq!(metric(&lab, Host::Gateway, "satpep_workers"), 3.0);
     let m = metrics(&lab, Host::Gateway);
     let per_worker: Vec<f64> = m
         .lines()
         .filter(|l| l.starts_with("satpep_worker_connections_active{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
         .collect();
-    assert_eq!(per_worker.len(), 2, "{m}");
+    assert_eq!(per_worker.len(), 3, "{m}");
     assert!(
         per_worker.iter().all(|&n| n > 0.0),
         "every worker relays: {m}"
