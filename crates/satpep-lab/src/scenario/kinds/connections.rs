@@ -376,25 +376,15 @@ pub fn load_server(port: u16, count: usize) -> Result<(), String> {
     let mut acceptor = Some(acceptor);
     let mut socks: Vec<TcpStream> = Vec::new();
     let mut last_us = 0u64;
-    println!("ready 0");
-    let stdin = std::io::stdin();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if std::io::BufRead::read_line(&mut stdin.lock(), &mut line).unwrap_or(0) == 0 {
-            return Ok(());
-        }
-        let n = match line.trim() {
+    serve_commands(|cmd| {
+        let n = match cmd {
             "accepted" => {
                 if let Some(a) = acceptor.take() {
                     let (v, last) = a.join().map_err(|_| "acceptor panicked".to_string())?;
                     socks = v;
                     last_us = last.as_micros() as u64;
                 }
-                println!("accepted {} {last_us}", socks.len());
-                use std::io::Write as _;
-                let _ = std::io::stdout().flush();
-                continue;
+                return Ok((format!("accepted {} {last_us}", socks.len()), false));
             }
             "echo" => round_robin(&mut socks, Duration::from_secs(60), |_, s| {
                 let mut b = [0u8; 1];
@@ -419,14 +409,34 @@ pub fn load_server(port: u16, count: usize) -> Result<(), String> {
             "close" => {
                 let k = socks.len();
                 socks.clear();
-                println!("closed {k}");
-                return Ok(());
+                return Ok((format!("closed {k}"), true));
             }
             other => return Err(format!("load server: unknown command {other:?}")),
         };
-        println!("{} {n}", line.trim());
+        Ok((format!("{cmd} {n}"), false))
+    })
+}
+
+/// A load half's command loop: says `ready 0`, then answers each line of stdin with the line
+/// `answer` gives, until stdin closes or an answer says it was the last.
+fn serve_commands(
+    mut answer: impl FnMut(&str) -> Result<(String, bool), String>,
+) -> Result<(), String> {
+    println!("ready 0");
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if std::io::BufRead::read_line(&mut stdin.lock(), &mut line).unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        let (said, last) = answer(line.trim())?;
+        println!("{said}");
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
+        if last {
+            return Ok(());
+        }
     }
 }
 
@@ -438,28 +448,16 @@ pub fn load_server(port: u16, count: usize) -> Result<(), String> {
 pub fn load_client(addr: SocketAddr, count: usize, threads: usize) -> Result<(), String> {
     raise_own_fd_limit(count);
     let mut socks: Vec<TcpStream> = Vec::new();
-    let say = |s: String| {
-        println!("{s}");
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
-    };
-    say("ready 0".into());
-    let stdin = std::io::stdin();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if std::io::BufRead::read_line(&mut stdin.lock(), &mut line).unwrap_or(0) == 0 {
-            return Ok(());
-        }
-        match line.trim() {
+    serve_commands(|cmd| {
+        let said = match cmd {
             "connect" => {
                 let (v, failed, secs) = connect_all(count, addr, threads.max(1))?;
                 socks = v;
-                say(format!(
+                format!(
                     "connect {} {failed} {}",
                     socks.len(),
                     (secs * 1e6) as u64
-                ));
+                )
             }
             "send" => {
                 let mut sent = vec![false; socks.len()];
@@ -470,7 +468,7 @@ pub fn load_client(addr: SocketAddr, count: usize, threads: usize) -> Result<(),
                     }
                     Ok(true)
                 });
-                say(format!("send {n}"));
+                format!("send {n}")
             }
             "echoed" => {
                 let n = round_robin(&mut socks, Duration::from_secs(60), |_, s| {
@@ -480,7 +478,7 @@ pub fn load_client(addr: SocketAddr, count: usize, threads: usize) -> Result<(),
                         _ => Err(ErrorKind::InvalidData.into()),
                     }
                 });
-                say(format!("echoed {n}"));
+                format!("echoed {n}")
             }
             "busy" => {
                 let mut got = vec![0usize; socks.len()];
@@ -502,18 +500,19 @@ pub fn load_client(addr: SocketAddr, count: usize, threads: usize) -> Result<(),
                     .zip(&bad)
                     .filter(|(g, b)| **g == BUSY_BYTES && !**b)
                     .count();
-                say(format!("busy {intact}"));
+                format!("busy {intact}")
             }
             "close" => {
                 let k = socks.len();
                 socks.clear();
-                say(format!("closed {k}"));
-                return Ok(());
+                return Ok((format!("closed {k}"), true));
             }
             other => return Err(format!("load client: unknown command {other:?}")),
-        }
-    }
+        };
+        Ok((said, false))
+    })
 }
+
 
 /// One run on `port`. Each cell gets a port of its own: the connections a cell before closed
 /// wait in TIME_WAIT in the client host for a minute, and new connections to the same server
