@@ -336,8 +336,7 @@ async fn intercept(
     // reload, which each worker applies from the file itself.
     let (stop, forwarding) = match &workers {
         Some(ws) => {
-            let pids = ws.lock().await.pids();
-            let (s, f) = forward_signals(stop, pids)?;
+            let (s, f) = forward_signals(stop, ws.clone())?;
             (s, Some(f))
         }
         None => (stop, None),
@@ -402,7 +401,7 @@ async fn intercept(
     // The rules stay until every worker has drained and exited: its live connections need
     // them.
     if let Some(ws) = &workers {
-        ws.lock().await.wait().await;
+        Workers::wait(ws).await;
     }
     for t in linker.into_iter().chain(forwarding) {
         t.abort();
@@ -643,10 +642,11 @@ fn link_processes(
 
 /// The leader's signals for its workers: each stop message is passed on as a SIGTERM (a
 /// second one resets their connections too) before it reaches the leader's own stop, and
-/// every SIGHUP as a SIGHUP (each worker reloads the file itself).
+/// every SIGHUP as a SIGHUP (each worker reloads the file itself). Only workers still
+/// running are signalled (a worker that died and was reaped left its PID free for reuse).
 fn forward_signals(
     mut stop: tokio::sync::mpsc::UnboundedReceiver<()>,
-    pids: Vec<u32>,
+    workers: Arc<tokio::sync::Mutex<crate::workers::Workers>>,
 ) -> Result<
     (
         tokio::sync::mpsc::UnboundedReceiver<()>,
@@ -657,22 +657,16 @@ fn forward_signals(
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let send = move |sig: libc::c_int| {
-        for &p in &pids {
-            // SAFETY: signalling a worker this process started.
-            unsafe { libc::kill(p as libc::pid_t, sig) };
-        }
-    };
     let task = tokio::spawn(async move {
         loop {
             tokio::select! {
                 m = stop.recv() => {
-                    send(libc::SIGTERM);
+                    workers.lock().await.signal(libc::SIGTERM);
                     if m.is_none() || tx.send(()).is_err() {
                         return;
                     }
                 }
-                Some(()) = hup.recv() => send(libc::SIGHUP),
+                Some(()) = hup.recv() => workers.lock().await.signal(libc::SIGHUP),
             }
         }
     });
@@ -918,6 +912,16 @@ struct Admission {
     link: Link,
 }
 
+/// Whether `value` is past `limit`: at the limit, or, for what is `already` past it, still
+/// above nine tenths of it (the bypass ends below that, so a count at the edge does not
+/// switch it on and off with every connection).
+fn past(value: u64, limit: u64, already: bool) -> bool {
+    match already {
+        true => value * 10 >= limit * 9,
+        false => value >= limit,
+    }
+}
+
 /// How a process's admission reaches the others'.
 enum Link {
     /// The only process.
@@ -952,11 +956,7 @@ impl Admission {
             }
             Link::Worker(p) => {
                 let slot = p.slot();
-                let full = if slot.full.load(Relaxed) != 0 {
-                    active * 10 >= max * 9
-                } else {
-                    active >= max
-                };
+                let full = past(active, max, slot.full.load(Relaxed) != 0);
                 slot.full.store(u64::from(full), Relaxed);
                 slot.active.store(active, Relaxed);
                 return;
@@ -966,17 +966,9 @@ impl Admission {
             Some("stopping")
         } else if worker_full {
             Some("a worker's connection limit")
-        } else if b.is_some() {
-            if active * 10 >= max * 9 {
-                Some("connection limit")
-            } else if memory * 10 >= max_memory * 9 {
-                Some("memory limit")
-            } else {
-                None
-            }
-        } else if active >= max {
+        } else if past(active, max, b.is_some()) {
             Some("connection limit")
-        } else if memory >= max_memory {
+        } else if past(memory, max_memory, b.is_some()) {
             Some("memory limit")
         } else {
             None

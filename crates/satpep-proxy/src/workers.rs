@@ -291,21 +291,46 @@ impl Workers {
         Ok(w)
     }
 
-    /// The workers' process IDs.
-    pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().filter_map(|(_, c)| c.id()).collect()
+    /// Sends `sig` to every worker still running (those that exited are reaped first, so a
+    /// PID the system may have given to another process is never signalled).
+    pub fn signal(&mut self, sig: libc::c_int) {
+        self.reap();
+        for (_, c) in &self.children {
+            if let Some(p) = c.id() {
+                // SAFETY: signalling a child of this process that has not been reaped.
+                unsafe { libc::kill(p as libc::pid_t, sig) };
+            }
+        }
     }
 
-    /// Waits until every worker has exited, logging the ones that failed; the slots of the
-    /// gone are cleared.
-    pub async fn wait(&mut self) {
-        for (k, c) in &mut self.children {
-            match c.wait().await {
-                Ok(st) if st.success() => {}
-                Ok(st) => error!(worker = *k, "worker exited: {st}"),
-                Err(e) => error!(worker = *k, error = %e, "worker lost"),
+    /// Waits until every worker of `workers` has exited, logging the ones that failed; the
+    /// slots of the gone are cleared. The lock is held only for each look, so a second stop
+    /// still reaches the workers meanwhile ([`Workers::signal`]).
+    pub async fn wait(workers: &tokio::sync::Mutex<Workers>) {
+        loop {
+            {
+                let mut w = workers.lock().await;
+                let shared = w.shared.clone();
+                w.children.retain_mut(|(k, c)| match c.try_wait() {
+                    Ok(None) => true,
+                    Ok(Some(st)) => {
+                        if !st.success() {
+                            error!(worker = *k, "worker exited: {st}");
+                        }
+                        shared.slot(*k).pid.store(0, Relaxed);
+                        false
+                    }
+                    Err(e) => {
+                        error!(worker = *k, error = %e, "worker lost");
+                        shared.slot(*k).pid.store(0, Relaxed);
+                        false
+                    }
+                });
+                if w.children.is_empty() {
+                    return;
+                }
             }
-            self.shared.slot(*k).pid.store(0, Relaxed);
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 
