@@ -300,18 +300,19 @@ impl Beside {
         // Everything was sized to end with the transfer; the requests still running then are
         // cut (those answered are kept).
         let kill_after = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        let wait = |mut c: Child| -> Option<std::process::Output> {
+        // The output, and whether the process was cut (still running then).
+        let wait = |mut c: Child| -> Option<(std::process::Output, bool)> {
             while std::time::Instant::now() < kill_after {
                 if let Ok(Some(_)) = c.try_wait() {
-                    return c.wait_with_output().ok();
+                    return c.wait_with_output().ok().map(|o| (o, false));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             let _ = c.kill();
-            c.wait_with_output().ok()
+            c.wait_with_output().ok().map(|o| (o, true))
         };
         if let Some(c) = self.ping {
-            if let Some(out) = wait(c) {
+            if let Some((out, _)) = wait(c) {
                 let text = String::from_utf8_lossy(&out.stdout);
                 let (sent, got, samples) = parse_ping(&text);
                 r.probes = (sent, got);
@@ -323,7 +324,7 @@ impl Beside {
             }
         }
         if let Some((server, c)) = self.cross {
-            if let Some(out) = wait(c) {
+            if let Some((out, _)) = wait(c) {
                 let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
                 let sum = &v["end"]["sum"];
                 match (sum["lost_packets"].as_f64(), sum["packets"].as_f64()) {
@@ -337,15 +338,16 @@ impl Beside {
             drop(server);
         }
         // An iperf3 TCP client's goodput after the warm-up, the last interval left out as
-        // for the bulk flows; a missing result is an error naming `what`.
-        let mut goodput = |out: std::process::Output, what: &str| {
+        // for the bulk flows; a missing result is an error naming `what` and why: iperf3's
+        // own error, its cut (its end exchange had not finished 15 s after the transfer), or
+        // its last line on stderr.
+        let mut goodput = |(out, cut): (std::process::Output, bool), what: &str| {
             let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
             let g = crate::iperf::goodput_after(&crate::iperf::intervals(&v), warmup_s);
             if g.is_none() {
-                errors.push(format!(
-                    "{what}: no result ({})",
-                    v["error"].as_str().unwrap_or("iperf3 failed")
-                ));
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let why = why_no_result(&v, cut, &stderr, &out.status.to_string());
+                errors.push(format!("{what}: no result ({why})"));
             }
             g
         };
@@ -359,7 +361,7 @@ impl Beside {
             drop(server);
         }
         if let Some((server, c, size)) = self.requests {
-            if let Some(out) = wait(c) {
+            if let Some((out, _)) = wait(c) {
                 let text = String::from_utf8_lossy(&out.stdout);
                 for (k, l) in text.lines().enumerate() {
                     let w: Vec<&str> = l.split_whitespace().collect();
@@ -375,6 +377,19 @@ impl Beside {
             drop(server);
         }
         r
+    }
+}
+
+/// Why an iperf3 client gave no result: its own error, its cut (`cut`: still running when the
+/// lab stopped waiting), else the last line it wrote on `stderr`, else its exit `status`.
+fn why_no_result(v: &Value, cut: bool, stderr: &str, status: &str) -> String {
+    match (v["error"].as_str(), cut) {
+        (Some(e), _) => e.to_string(),
+        (None, true) => "iperf3 still ran 15 s after the transfer: cut".into(),
+        (None, false) => match stderr.lines().rev().find(|l| !l.trim().is_empty()) {
+            Some(l) => format!("iperf3 failed: {}", l.trim()),
+            None => format!("iperf3 failed, {status}"),
+        },
     }
 }
 
@@ -423,6 +438,32 @@ pub fn echo_rtt_ms(cfg: &satpep_link::config::LinkConfig, t: f64, frame: f64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_iperf3_result_says_why() {
+        let err = serde_json::json!({"error": "unable to connect to server"});
+        assert_eq!(
+            why_no_result(&err, true, "", "signal: 9"),
+            "unable to connect to server"
+        );
+        assert_eq!(
+            why_no_result(&Value::Null, true, "", "signal: 9 (SIGKILL)"),
+            "iperf3 still ran 15 s after the transfer: cut"
+        );
+        assert_eq!(
+            why_no_result(
+                &Value::Null,
+                false,
+                "iperf3: error - x\n\n",
+                "exit status: 1"
+            ),
+            "iperf3 failed: iperf3: error - x"
+        );
+        assert_eq!(
+            why_no_result(&Value::Null, false, "", "exit status: 1"),
+            "iperf3 failed, exit status: 1"
+        );
+    }
 
     #[test]
     fn ping_output_gives_receive_times_and_rtts() {
