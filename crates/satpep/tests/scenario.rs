@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{namespaces_with, require_root, satpep};
+use common::{namespaces_with, orphaned_scenario_namespaces, require_root, satpep};
 use satpep_lab::scenario::hosts::HostTuner;
 use satpep_lab::scenario::spec::{HostTcp, Size};
 use satpep_lab::Host;
@@ -837,7 +837,10 @@ fn a_hub_cell_shares_a_stars_carrier_by_weight_and_reports_each_terminal() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("hub: each terminal's goodput"), "{md}");
     assert!(md.contains("| terminal2 (limit"), "{md}");
-    assert!(namespaces_with("sp-sc-").is_empty(), "the star was left");
+    assert!(
+        orphaned_scenario_namespaces().is_empty(),
+        "the star was left"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

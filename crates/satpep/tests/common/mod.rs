@@ -80,6 +80,21 @@ pub fn namespaces_with(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Scenario labs' namespaces (`sp-sc-PID-…`) whose process is gone: what a finished run
+/// left behind. Labs of runs still going (another test, a background run) are not counted.
+pub fn orphaned_scenario_namespaces() -> Vec<String> {
+    namespaces_with("sp-sc-")
+        .into_iter()
+        .filter(|n| {
+            n["sp-sc-".len()..]
+                .split('-')
+                .next()
+                .and_then(|p| p.parse::<u32>().ok())
+                .is_none_or(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect()
+}
+
 /// Sequence numbers of ping replies received, from `ping -n` output.
 pub fn ping_seqs(lab: &Lab, args: &[&str]) -> (Vec<u32>, String) {
     let out = lab
