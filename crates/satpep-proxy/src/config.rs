@@ -598,9 +598,10 @@ pub struct ProxySection {
     pub max_connections: u32,
     /// Processes that accept and relay split connections (1 to 64): with more than one, the
     /// proxy starts that many worker processes, all listening on `port` (SO_REUSEPORT, the
-    /// kernel spreads new connections among them), and only coordinates them. For a host whose descriptor limit holds fewer
-    /// connections than `max_connections` and cannot be raised (a container without
-    /// CAP_SYS_RESOURCE): each process has its own table. Split mode only.
+    /// kernel spreads new connections among them), and only coordinates them. For a host
+    /// whose descriptor limit holds fewer connections than `max_connections` and cannot be
+    /// raised (a container without CAP_SYS_RESOURCE): each process has its own table. Split
+    /// mode only.
     pub workers: u32,
     /// Most memory buffered for connections (kernel TCP memory plus relay pipes), as a size
     /// ("2GiB") or a share of physical memory ("25%"); past it new connections are

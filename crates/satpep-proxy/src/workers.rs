@@ -6,8 +6,8 @@
 //! interception and accepts nothing itself; every worker binds the transparent listener on
 //! `proxy.port` with SO_REUSEPORT, and the kernel's TPROXY lookup spreads new connections
 //! among them by their addresses. (A leader that accepted too took a third of its part at
-//! 100 000 connections, and the clients queued for it failed.) Only the leader touches nftables, serves `/metrics` and `/connections`, and
-//! decides the bypass: each process publishes its live connections and whether it is at its
+//! 100 000 connections, and the clients queued for it failed.) Only the leader touches
+//! nftables, serves `/metrics` and `/connections`, and decides the bypass: each process publishes its live connections and whether it is at its
 //! own limit in a page of shared memory ([`Shared`]), and the leader bypasses new connections
 //! when the sum reaches `max_connections` or any process is full (the kernel would still give
 //! it its share of new ones). Signals the leader gets (stop, reload) are passed on; a worker
@@ -310,22 +310,7 @@ impl Workers {
         loop {
             {
                 let mut w = workers.lock().await;
-                let shared = w.shared.clone();
-                w.children.retain_mut(|(k, c)| match c.try_wait() {
-                    Ok(None) => true,
-                    Ok(Some(st)) => {
-                        if !st.success() {
-                            error!(worker = *k, "worker exited: {st}");
-                        }
-                        shared.slot(*k).pid.store(0, Relaxed);
-                        false
-                    }
-                    Err(e) => {
-                        error!(worker = *k, error = %e, "worker lost");
-                        shared.slot(*k).pid.store(0, Relaxed);
-                        false
-                    }
-                });
+                w.forget_exited(true);
                 if w.children.is_empty() {
                     return;
                 }
@@ -337,15 +322,27 @@ impl Workers {
     /// Logs and forgets workers that exited on their own (their share of new connections
     /// goes to the others).
     pub fn reap(&mut self) {
+        self.forget_exited(false);
+    }
+
+    /// Forgets the workers that exited and clears their slots. While running
+    /// (`stopping` false) every exit is an error and a worker whose state cannot be read is
+    /// kept; while stopping only a failed exit is, and such a worker counts as gone.
+    fn forget_exited(&mut self, stopping: bool) {
         let shared = &self.shared;
-        self.children.retain_mut(|(k, c)| match c.try_wait() {
-            Ok(None) => true,
-            Ok(Some(st)) => {
-                error!(worker = *k, "worker exited: {st}; not replaced");
-                shared.slot(*k).pid.store(0, Relaxed);
-                false
+        self.children.retain_mut(|(k, c)| {
+            match c.try_wait() {
+                Ok(None) => return true,
+                Ok(Some(st)) if !stopping => {
+                    error!(worker = *k, "worker exited: {st}; not replaced")
+                }
+                Ok(Some(st)) if !st.success() => error!(worker = *k, "worker exited: {st}"),
+                Ok(Some(_)) => {}
+                Err(_) if !stopping => return true,
+                Err(e) => error!(worker = *k, error = %e, "worker lost"),
             }
-            Err(_) => true,
+            shared.slot(*k).pid.store(0, Relaxed);
+            false
         });
     }
 }

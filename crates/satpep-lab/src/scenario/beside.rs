@@ -324,14 +324,19 @@ impl Beside {
             }
         }
         if let Some((server, c)) = self.cross {
-            if let Some((out, _)) = wait(c) {
+            if let Some((out, cut)) = wait(c) {
                 let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
                 let sum = &v["end"]["sum"];
                 match (sum["lost_packets"].as_f64(), sum["packets"].as_f64()) {
                     (Some(l), Some(p)) if p > 0.0 => r.cross_loss = Some(l / p),
                     _ => errors.push(format!(
                         "cross traffic: no result ({})",
-                        v["error"].as_str().unwrap_or("iperf3 failed")
+                        why_no_result(
+                            &v,
+                            cut,
+                            &String::from_utf8_lossy(&out.stderr),
+                            &out.status.to_string()
+                        )
                     )),
                 }
             }

@@ -245,8 +245,8 @@ struct GapGuard {
     since: Instant,
     acked: u64,
     lost: u64,
-    /// Loss rates of the last three rounds that learnt enough packets' fate, the newest
-    /// first; 0 until they did.
+    /// Loss rates of the last [`GUARD_ROUNDS`] rounds that learnt enough packets' fate, the
+    /// newest first; 0 until they did.
     rates: [f64; GUARD_ROUNDS],
 }
 

@@ -513,7 +513,6 @@ pub fn load_client(addr: SocketAddr, count: usize, threads: usize) -> Result<(),
     })
 }
 
-
 /// One run on `port`. Each cell gets a port of its own: the connections a cell before closed
 /// wait in TIME_WAIT in the client host for a minute, and new connections to the same server
 /// port must then search the ephemeral ports for a free four-tuple (split opened 1 144
