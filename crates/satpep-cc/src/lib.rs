@@ -29,25 +29,56 @@ macro_rules! skeleton {
 
 pub mod flow_drop;
 
-/// Opens, configures, loads and registers one skeleton; returns its struct_ops link.
+/// Opens, configures, loads and registers one skeleton; returns its struct_ops link. A
+/// kernel may refuse its socket-storage iterators while it takes the controller (a sandbox's
+/// LSM refusing tracing programs: EPERM before the verifier ran): then it loads again without
+/// them, and `satpep status` shows the connections without their models.
 macro_rules! load_skel {
     ($name:expr, $builder:ty, $map:ident, |$open:ident| $configure:block) => {{
-        let mut storage = MaybeUninit::uninit();
-        #[allow(unused_mut)]
-        let mut $open = <$builder>::default()
-            .open(&mut storage)
-            .map_err(|e| explain($name, e))?;
-        $configure
-        let mut skel = $open.load().map_err(|e| explain($name, e))?;
-        let link = skel
-            .maps
-            .$map
-            .attach_struct_ops()
-            .map_err(|e| explain($name, e))?;
-        let iters = attach_state_iterators($name, libbpf_rs::skel::Skel::object(&skel))?;
-        (link, iters)
+        let mut with_iterators = true;
+        loop {
+            let mut storage = MaybeUninit::uninit();
+            #[allow(unused_mut)]
+            let mut $open = <$builder>::default()
+                .open(&mut storage)
+                .map_err(|e| explain($name, e))?;
+            $configure
+            let mut iterators = 0;
+            for mut p in $open.open_object_mut().progs_mut() {
+                if p.section() == ITER_SECTION {
+                    iterators += 1;
+                    p.set_autoload(with_iterators);
+                }
+            }
+            let mut skel = match $open.load() {
+                Ok(s) => s,
+                Err(e) if with_iterators && iterators > 0 => {
+                    tracing::warn!(
+                        "{}: the kernel refused its state iterator ({e}); loading it without: `satpep status` will not show its connections' models",
+                        $name
+                    );
+                    with_iterators = false;
+                    continue;
+                }
+                Err(e) => return Err(explain($name, e)),
+            };
+            let link = skel
+                .maps
+                .$map
+                .attach_struct_ops()
+                .map_err(|e| explain($name, e))?;
+            let iters = if with_iterators {
+                attach_state_iterators($name, libbpf_rs::skel::Skel::object(&skel))?
+            } else {
+                Vec::new()
+            };
+            break (link, iters);
+        }
     }};
 }
+
+/// The section of a socket-storage iterator program.
+const ITER_SECTION: &str = "iter/bpf_sk_storage_map";
 
 /// Attaches a controller's socket-storage iterators (`SEC("iter/bpf_sk_storage_map")`:
 /// `satpep_sat`'s `sat_states`) to its [`STATE_MAP`]; none for controllers without one.
@@ -58,7 +89,7 @@ fn attach_state_iterators(
     use libbpf_rs::MapCore;
     let progs: Vec<_> = obj
         .progs_mut()
-        .filter(|p| p.section() == "iter/bpf_sk_storage_map")
+        .filter(|p| p.section() == ITER_SECTION)
         .collect();
     if progs.is_empty() {
         return Ok(Vec::new());

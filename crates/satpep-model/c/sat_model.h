@@ -1466,7 +1466,19 @@ SAT_FN void sat_model_follow_share(struct sat_model *m, struct sat_window *w,
 	u32 base = base_us(m), srtt_ms = a->srtt_us / USEC_PER_MSEC;
 	struct sat_path p;
 
-	if (!share || m->share_seen == seen)
+	if (!share)
+		return;
+	/* A start (or regrowth) the ceiling holds fills no round, so nothing would end it: its
+	 * window grew without bound (924 segments for a 26-segment path in CI's star test,
+	 * where a model resumed at the whole carrier before a second terminal came read half
+	 * of its peak, probed, and regrew under a ceiling of half the carrier). */
+	if (m->phase == SAT_START && m->f.bw >= share - share / 8 && base) {
+		p.bw = share;
+		p.base_us = base;
+		sat_model_resume(m, w, a, &p);
+		return;
+	}
+	if (m->share_seen == seen)
 		return;
 	if (share <= m->f.bw + m->f.bw / 8) {
 		/* Nothing to follow: the carrier freed went to others, or this one runs at it. */

@@ -355,6 +355,9 @@ pub struct KernelHost {
     losses: u32,
     /// Data segments sent so far (the kernel's `data_segs_out`).
     segs_out: u32,
+    /// A split hub gateway's pacing ceilings, in time order: (from µs, share bytes/s, times
+    /// it freed carrier), which the BPF controller reads from `sk_max_pacing_rate`.
+    pub ceiling: Vec<(u64, u32, u8)>,
 }
 
 impl KernelHost {
@@ -376,7 +379,14 @@ impl KernelHost {
             sent: VecDeque::new(),
             losses: 0,
             segs_out: 0,
+            ceiling: Vec::new(),
         }
+    }
+
+    /// The pacing ceiling at `now_us`: (share bytes/s, times it freed carrier).
+    fn ceiling_at(&self, now_us: u64) -> Option<(u32, u8)> {
+        let c = self.ceiling.iter().take_while(|c| c.0 <= now_us).last();
+        c.map(|&(_, share, freed)| (share, freed))
     }
 
     /// The ACK the model gets now (smoothed RTT and segment size), for pacing and tests.
@@ -444,6 +454,10 @@ impl Host for KernelHost {
             losses_dated: 0,
         };
         self.model.on_ack(&a);
+        // satpep_sat.bpf.c's follow_carrier.
+        if let Some((share, freed)) = self.ceiling_at(now_us) {
+            self.model.follow_share(&a, share, freed);
+        }
     }
 
     fn on_lost(&mut self, _now_us: u64, _sent_us: u64, _bytes: u64) {
@@ -469,7 +483,12 @@ impl Host for KernelHost {
         if self.segs_out < 10 {
             return 0;
         }
-        self.model.pacing_rate(&self.ack_now(0))
+        let rate = self.model.pacing_rate(&self.ack_now(0));
+        match self.ceiling_at(self.delivered_us) {
+            None => rate,
+            Some((cap, _)) if rate == 0 => cap as u64,
+            Some((cap, _)) => rate.min(cap as u64),
+        }
     }
 }
 

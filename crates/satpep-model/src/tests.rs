@@ -943,3 +943,32 @@ fn a_share_that_grew_with_freed_carrier_is_followed_now_and_then() {
     h.model.follow_share(&h.ack_now(t + 6_000_000), 3 * bw, 3);
     assert_eq!(h.model.bw() as u32, 3 * bw);
 }
+
+/// A split gateway's ceiling that came after the start had passed it (the start reaches a
+/// 10 Mbit/s share over 30 ms in about 0.1 s, before a gateway's first reading of its
+/// terminals, while the two starts queue at the carrier): the start, held there, fills no
+/// round, so it ends at the share instead of growing its window for ever (CI's star test:
+/// 924 segments 2.4 s in, still starting).
+#[test]
+fn a_start_held_at_its_share_ends_at_it() {
+    let share = 10e6 / 8.0;
+    for from_ms in (0..400).step_by(10) {
+        let mut a = KernelHost::new(MSS as u32);
+        let mut b = KernelHost::new(MSS as u32);
+        a.ceiling = vec![(0, 2 * share as u32, 0), (from_ms * 1000, share as u32, 0)];
+        b.ceiling = vec![(from_ms * 1000, share as u32, 0)];
+        let p = sim::run_shared(
+            &mut [&mut a, &mut b],
+            &link(20e6, 0.03, 1.0, 0.0),
+            MSS,
+            10.0,
+        );
+        for (h, p) in [(&a, &p[0]), (&b, &p[1])] {
+            let name = format!("20 Mbit/s, 30 ms, two held to 10 from {from_ms} ms");
+            let (g, _) = report(&name, h, p, 10e6, 1.0, 10.0);
+            assert_ne!(h.model.phase(), Phase::Startup, "{name}");
+            assert!(h.model.cwnd() < 200, "{name}: window {}", h.model.cwnd());
+            assert!(g >= 0.9, "{name}: goodput {g:.3} of the share");
+        }
+    }
+}

@@ -66,6 +66,8 @@ fn names_or_all(names: Vec<String>) -> Vec<String> {
 }
 
 pub fn main(cmd: CcCmd) -> Result<(), String> {
+    // A controller that loads without its state iterator says so as a warning.
+    crate::logging::init(crate::logging::LogFormat::Auto);
     match cmd.sub {
         CcSub::List { json } => {
             let avail = satpep_cc::available();
