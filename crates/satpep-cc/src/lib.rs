@@ -176,9 +176,11 @@ impl Loaded {
             obj_pin(self.link.as_fd(), &marker)
                 .map_err(|e| format!("cannot pin {} at {}: {e}", self.name, marker.display()))?;
         }
+        // An earlier copy's iterator goes even when this one has none (a kernel that refused
+        // it): it would show that copy's sockets.
+        let at = states_pin(self.name);
+        let _ = std::fs::remove_file(&at);
         if let Some(states) = &mut self.states {
-            let at = states_pin(self.name);
-            let _ = std::fs::remove_file(&at);
             states
                 .pin(&at)
                 .map_err(|e| format!("cannot pin {} at {}: {e}", self.name, at.display()))?;
