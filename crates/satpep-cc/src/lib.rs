@@ -207,8 +207,9 @@ impl Loaded {
 
 /// Where the iterator over `name`'s sockets' models is pinned: `PIN_DIR/NAME@states` (an
 /// `@` as the build markers', so [`pinned`] does not take it for a controller and
-/// [`unpin`] removes it with the controller).
-fn states_pin(name: &str) -> PathBuf {
+/// [`unpin`] removes it with the controller). Absent while `name` is registered: a kernel
+/// refused the iterator, and no model can be read.
+pub fn states_pin(name: &str) -> PathBuf {
     Path::new(PIN_DIR).join(format!("{name}@states"))
 }
 

@@ -409,8 +409,7 @@ mod tests {
         // there is no model to read, which `satpep status` says by showing none.
         let states = match &held {
             Some(l) => l.model_states(),
-            None => std::path::Path::new(satpep_cc::PIN_DIR)
-                .join("satpep_sat@states")
+            None => satpep_cc::states_pin("satpep_sat")
                 .exists()
                 .then(satpep_cc::ModelStates::read_pinned),
         };

@@ -7,8 +7,9 @@
 //! `proxy.port` with SO_REUSEPORT, and the kernel's TPROXY lookup spreads new connections
 //! among them by their addresses. (A leader that accepted too took a third of its part at
 //! 100 000 connections, and the clients queued for it failed.) Only the leader touches
-//! nftables, serves `/metrics` and `/connections`, and decides the bypass: each process publishes its live connections and whether it is at its
-//! own limit in a page of shared memory ([`Shared`]), and the leader bypasses new connections
+//! nftables, serves `/metrics` and `/connections`, and decides the bypass: each process
+//! publishes its live connections and whether it is at its own limit in a page of shared
+//! memory ([`Shared`]), and the leader bypasses new connections
 //! when the sum reaches `max_connections` or any process is full (the kernel would still give
 //! it its share of new ones). Signals the leader gets (stop, reload) are passed on; a worker
 //! drains its own connections as the leader does, and the leader removes interception only

@@ -723,12 +723,6 @@ fn status_and_metrics_show_live_connections_with_both_legs() {
     assert!(gauge("satpep_memory_limit_bytes") > 1 << 20, "{m}");
 }
 
-/// Whether satpep_sat's state iterator is pinned beside it (a proxy loaded it): a kernel may
-/// refuse the iterator and take the controller (a sandbox's LSM), and then no model is shown.
-fn models_readable() -> bool {
-    std::path::Path::new("/sys/fs/bpf/satpep/satpep_sat@states").exists()
-}
-
 /// With the default controller, `satpep status` shows what the satellite model holds for
 /// each connection in the kernel: read through the controller's pinned iterator by a proxy
 /// that has dropped the right to call bpf().
@@ -744,7 +738,7 @@ fn status_shows_the_satellite_model_the_kernel_holds() {
     let st = gateway_status(&lab);
     let c = &st["connections"][0];
     assert_eq!(c["satellite"]["congestion"], "satpep_sat", "{st}");
-    if !models_readable() {
+    if !common::models_readable() {
         eprintln!("SKIPPED: this kernel refused satpep_sat's state iterator; no model to show");
         return;
     }
@@ -798,7 +792,7 @@ fn a_fast_link_with_a_buffer_below_the_budget_is_found_and_not_overflowed() {
     let b = status();
     let m = &b["model"];
     // The model's readings need its state iterator; the retransmissions below do not.
-    let readable = models_readable();
+    let readable = common::models_readable();
     assert!(
         !readable || m["channel_loss"].as_f64().unwrap_or(0.0) < 0.005,
         "a buffer's overflows read as the channel's noise: {b}"

@@ -80,6 +80,12 @@ pub fn namespaces_with(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether satpep_sat's state iterator is pinned beside it (a proxy loaded it): a kernel may
+/// take the controller and refuse the iterator (a sandbox's LSM), and then no model is shown.
+pub fn models_readable() -> bool {
+    satpep_cc::states_pin("satpep_sat").exists()
+}
+
 /// Scenario labs' namespaces (`sp-sc-PID-…`) whose process is gone: what a finished run
 /// left behind. Labs of runs still going (another test, a background run) are not counted.
 pub fn orphaned_scenario_namespaces() -> Vec<String> {
