@@ -242,6 +242,7 @@ struct sat_compete {
 	u8 loss;          /* share of a round's segments lost, /256, smoothed over ~4 rounds */
 	u8 at_full;       /* backed off at this full buffer; again once the queue fell */
 	u8 checking;      /* the drain under way checks whether the competitor left */
+	u8 short_backoffs; /* back-offs in a row that found this sender short of a third */
 };
 
 /* The whole state: what a host keeps per connection. */
@@ -557,6 +558,7 @@ SAT_FN void start_competing(struct sat_model *m, struct sat_window *w, const str
 	m->comp.loss = 0;
 	m->comp.full_us = 0;
 	m->comp.at_full = 0;
+	m->comp.short_backoffs = 0;
 	enter(m, w, a, SAT_COMPETE);
 	cubic_epoch(m, w, a, max(from, w->cwnd));
 }
@@ -1220,8 +1222,16 @@ SAT_STEP compete(struct sat_model *m, struct sat_window *w, const struct sat_ack
 		 * while competing would otherwise keep the floor above the whole link), but only
 		 * once the rate samples are this mode's and for a shortfall of more than a third:
 		 * a paced sender loses 10-15 % of its packets at a drop-tail buffer kept full. */
-		if (got && m->phase_rounds >= COMPETE_OWN_ROUNDS && 3ULL * got < (u64)m->f.bw_peak)
-			m->f.bw_peak = 2 * got;
+		if (got && m->phase_rounds >= COMPETE_OWN_ROUNDS && 3ULL * got < (u64)m->f.bw_peak) {
+			/* Twice in a row: the mode's first back-offs still read the rounds a paced
+			 * sender spent losing 40 % at a buffer the competitor keeps full, and one of
+			 * them halved the floor in a third of the lab's runs (GEO, cubic arriving:
+			 * share 29-35 % then, 42-52 % otherwise). A link that slowed stays short. */
+			if (++m->comp.short_backoffs >= 2)
+				m->f.bw_peak = 2 * got;
+		} else {
+			m->comp.short_backoffs = 0;
+		}
 		/* At the floor the curve goes on: restarting it there held the window flat on the
 		 * curve's plateau while the competitor cut and grew back around it. */
 		if (cwnd / 20 * 17 > fair_share(m, a)) {
